@@ -37,6 +37,9 @@ struct MirroredStrategy::Replica {
   std::vector<int> pending;  // per bucket: gradients not yet final
   int next_launch = 0;       // buckets [0, next_launch) have been launched
   std::vector<std::shared_ptr<Work>> works;
+  Tensor metrics;  // loss, correct, count; reduced with the gradients (Note [Metrics first])
+  std::shared_ptr<Work> metrics_work;
+  bool metrics_launched = false;
   std::chrono::steady_clock::time_point step_start;
   std::vector<double> launched_ms, done_ms;  // per bucket, from step_start; -1 = not yet
   std::int64_t step = 0;                     // tag of the collectives

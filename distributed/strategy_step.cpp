@@ -89,7 +89,19 @@ void check_batches(const std::vector<data::Batch>& batches, int local_replicas, 
 
 // ================================================================ buckets
 
+// Note [Metrics first]: the step's loss/correct/count all-reduce is issued just before bucket 0,
+// by the same code path whether bucket 0 launches during backward or after it, so every replica
+// issues metrics, bucket 0, bucket 1, ... in that order. It then travels with the gradients
+// instead of costing a round trip of its own after them. Every forward of the step has run by
+// then: the gradient-ready hook is only armed for the last micro-batch's backward.
+void MirroredStrategy::launch_train_metrics(Replica& r) {
+  if (r.metrics_launched) return;
+  r.metrics_work = launch_metrics(r, r.metrics, r.count, "train");
+  r.metrics_launched = true;
+}
+
 void MirroredStrategy::launch_bucket(Replica& r, int b) {
+  if (b == 0) launch_train_metrics(r);
   const std::string tag = "step " + std::to_string(r.step) + " bucket " + std::to_string(b);
   Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
   if (options_.compression != Compression::kNone && buffer.dtype() == DType::kFloat32) {
@@ -149,6 +161,8 @@ void MirroredStrategy::reset_step_state(Replica& r) {
     r.pending[static_cast<std::size_t>(b.index)] = static_cast<int>(b.params.size());
   }
   r.next_launch = 0;
+  r.metrics_work.reset();
+  r.metrics_launched = false;
   r.works.assign(plan_.buckets.size(), nullptr);
   r.launched_ms.assign(plan_.buckets.size(), -1.0);
   r.done_ms.assign(plan_.buckets.size(), -1.0);
@@ -283,13 +297,14 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
     r.step = steps_;
     r.timing = StepTiming{};
     r.skipped = false;
-    const std::int64_t count = detail::real_count(batch);
+    r.count = detail::real_count(batch);
     compute_gradients(r, batch);
     auto t0 = Clock::now();
     if (world_replicas_ > 1) finish_buckets(r);
-    auto metrics_work =
-        launch_metrics(r, metrics[static_cast<std::size_t>(r.local_index)], count, "train");
-    if (metrics_work) metrics_work->wait();
+    launch_train_metrics(r);  // no buckets (one replica, or no parameters)
+    if (r.metrics_work) r.metrics_work->wait();
+    r.metrics_work.reset();
+    metrics[static_cast<std::size_t>(r.local_index)] = r.metrics;
     r.timing.exposed_comm_ms = detail::ms_since(t0);
     // Reduced gradients are the same bytes on every replica, so is this decision.
     for (const Tensor& b : r.buffers) {

@@ -166,6 +166,7 @@ class MirroredStrategy {
   void on_grads_ready(Replica& r, const std::vector<nn::Parameter*>& ready);
   void launch_bucket(Replica& r, int bucket);
   void finish_buckets(Replica& r);
+  void launch_train_metrics(Replica& r);
   std::shared_ptr<Work> launch_metrics(Replica& r, Tensor& metrics, std::int64_t count,
                                        const char* what);
   StepResult reduce_metrics(std::vector<Tensor>& metrics);
