@@ -2,8 +2,11 @@
 #include "mirror/distributed/mpi_communicator.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "distributed/collective_util.h"
@@ -57,6 +60,69 @@ bool mpi_is_up() {
   return initialized && !finalized;
 }
 
+// Note [Polling while the caller computes]: Open MPI moves a collective forward only inside MPI
+// calls, so the communication thread polls. While the caller is computing (buckets launched during
+// backward) that thread shares the caller's cores; polling flat out would take a fair share of
+// them from backward and delay it more than the all-reduce saves. So it tests every
+// kPollInterval while nobody waits, and flat out (yielding) once a caller blocks in wait(), when
+// the core is free and latency is all that matters.
+constexpr std::chrono::microseconds kPollInterval{250};
+
+/// How many callers are blocked in wait() on this communicator's work, and a way to wake the
+/// communication thread from its pause when the first one arrives. Shared with the Work handles,
+/// which may outlive the communicator.
+class Waiters {
+ public:
+  void enter() {
+    {
+      std::lock_guard lock(mutex_);
+      ++count_;
+    }
+    cv_.notify_all();
+  }
+  void leave() {
+    std::lock_guard lock(mutex_);
+    --count_;
+  }
+  /// Between two MPI_Tests: yield when somebody waits, else sleep up to kPollInterval (cut short
+  /// when a caller starts waiting).
+  void pause() {
+    std::unique_lock lock(mutex_);
+    if (count_ > 0) {
+      lock.unlock();
+      std::this_thread::yield();
+      return;
+    }
+    cv_.wait_for(lock, kPollInterval, [&] { return count_ > 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int count_ = 0;
+};
+
+/// A Work on the MPI communication thread; wait() tells the thread that a caller now waits.
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<detail::Completion> completion, std::shared_ptr<Waiters> waiters)
+      : completion_(std::move(completion)), waiters_(std::move(waiters)) {}
+  void wait() override {
+    if (completion_->done()) return completion_->wait();  // rethrows a failure
+    waiters_->enter();
+    struct Leave {
+      Waiters& w;
+      ~Leave() { w.leave(); }
+    } leave{*waiters_};
+    completion_->wait();
+  }
+  bool done() override { return completion_->done(); }
+
+ private:
+  std::shared_ptr<detail::Completion> completion_;
+  std::shared_ptr<Waiters> waiters_;
+};
+
 }  // namespace
 
 struct MpiCommunicator::Impl {
@@ -71,6 +137,7 @@ struct MpiCommunicator::Impl {
   bool running = false;
   std::atomic<std::size_t> queued{0};  // queue.size(), readable without the mutex
   std::string broken;                  // the first failure; later operations fail with it
+  std::shared_ptr<Waiters> waiters = std::make_shared<Waiters>();
   std::thread thread;
 
   void loop();
@@ -123,7 +190,7 @@ std::size_t MpiCommunicator::pending() const {
 namespace {
 
 std::shared_ptr<Work> submit(MpiCommunicator::Impl& impl, Op op) {
-  auto work = std::make_shared<detail::CompletionWork>(op.done);
+  auto work = std::make_shared<MpiWork>(op.done, impl.waiters);
   {
     std::lock_guard lock(impl.mutex);
     if (!impl.broken.empty())
@@ -231,10 +298,13 @@ void MpiCommunicator::Impl::start_and_poll(const Op& op,
     std::lock_guard lock(detail::mpi_mutex());
     MIRROR_MPI_CHECK(start(&request));
   }
-  detail::poll_until_done(request, detail::deadline_after(op.timeout), [&] {
-    detail::abort_with_line(
-        detail::timeout_line(op_name(op.kind), op.tag, op.timeout, detail::world_peers()));
-  });
+  detail::poll_until_done(
+      request, detail::deadline_after(op.timeout),
+      [&] {
+        detail::abort_with_line(
+            detail::timeout_line(op_name(op.kind), op.tag, op.timeout, detail::world_peers()));
+      },
+      [this] { waiters->pause(); });
 }
 
 void MpiCommunicator::Impl::execute(Op& op) {

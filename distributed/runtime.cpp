@@ -98,7 +98,7 @@ Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
 }
 
 void poll_until_done(MPI_Request& request, Clock::time_point deadline,
-                     const std::function<void()>& on_timeout) {
+                     const std::function<void()>& on_timeout, const std::function<void()>& pause) {
   for (std::uint64_t polls = 0;; ++polls) {
     int flag = 0;
     {
@@ -112,7 +112,12 @@ void poll_until_done(MPI_Request& request, Clock::time_point deadline,
     }
     // Open MPI progresses only inside MPI calls, so keep polling; yield lets compute threads
     // run on a busy machine.
-    if (polls > 32) std::this_thread::yield();
+    if (polls <= 32) continue;
+    if (pause) {
+      pause();
+    } else {
+      std::this_thread::yield();
+    }
   }
 }
 

@@ -35,11 +35,13 @@ std::mutex& mpi_mutex();
 /// The deadline `timeout` from now; a timeout <= 0 means "never".
 Clock::time_point deadline_after(std::chrono::milliseconds timeout);
 
-/// Polls `request` with MPI_Test (mutex held only during each test, yielding the CPU between
-/// tests) until it completes. When `deadline` passes first, calls `on_timeout`, which must not
-/// return (it aborts the job or throws). MPI errors throw CommError.
+/// Polls `request` with MPI_Test (mutex held only during each test) until it completes. Between
+/// tests it calls `pause` (default: yield the CPU). When `deadline` passes first, calls
+/// `on_timeout`, which must not return (it aborts the job or throws). MPI errors throw
+/// CommError.
 void poll_until_done(MPI_Request& request, Clock::time_point deadline,
-                     const std::function<void()>& on_timeout);
+                     const std::function<void()>& on_timeout,
+                     const std::function<void()>& pause = {});
 
 /// This process's world rank, or -1 before MPI is up.
 int world_rank_or_unknown();

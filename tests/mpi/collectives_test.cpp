@@ -295,6 +295,19 @@ TEST(MpiCommunicator, AllReduceReturnsAtOnceAndCompletesInTheBackground) {
   EXPECT_EQ(values_of(t), pattern_sum(comm.size(), 1000, 13));
 }
 
+TEST(MpiCommunicator, WorkHandlesOutliveTheCommunicator) {
+  // Destroying the communicator finishes what was issued; the handles stay usable after it.
+  Tensor t = tensor_of(DType::kFloat32, pattern(rt().world_rank(), 3000, 13));
+  std::shared_ptr<Work> work;
+  {
+    MpiCommunicator comm(rt());
+    work = comm.all_reduce(t, t, ReduceOp::kSum, "outlives");
+  }
+  EXPECT_TRUE(work->done());
+  work->wait();
+  EXPECT_EQ(values_of(t), pattern_sum(rt().world_size(), 3000, 13));
+}
+
 TEST(MpiCommunicator, SlowPeerWithinTheTimeoutIsFine) {
   MpiCommunicator comm(rt());
   comm.set_timeout(std::chrono::seconds(20));
