@@ -93,6 +93,7 @@ nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
           {"threads_per_rank", o.threads},
           {"steps", o.steps},
           {"step_ms", r.step_ms},
+          {"mean_step_ms", r.mean_step_ms},
           {"samples_per_s", r.samples_per_s},
           {"scaling_efficiency", r.scaling_efficiency},
           {"exposed_comm_ms", r.exposed_comm_ms},
@@ -166,10 +167,13 @@ TrainBenchRow time_steps(Runtime& rt, MirroredStrategy& s, const std::vector<dat
   rt.barrier();
   TrainBenchRow row;
   row.replicas = rt.world_size();  // one replica per rank (alone when independent)
+  std::vector<double> step_ms;
   const auto start = Clock::now();
   const double cpu_start = process_cpu_ms();
   for (int k = 0; k < o.steps; ++k) {
+    const auto step_start = Clock::now();
     const StepResult r = step(o.warmup + k);
+    step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - step_start).count());
     row.exposed_comm_ms += r.timing.exposed_comm_ms;
     row.forward_ms += r.timing.forward_ms;
     row.backward_ms += r.timing.backward_ms;
@@ -180,7 +184,9 @@ TrainBenchRow time_steps(Runtime& rt, MirroredStrategy& s, const std::vector<dat
   const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   row.cpu_ms = max_over_ranks(rt, (process_cpu_ms() - cpu_start) / o.steps);
   const double n = o.steps;
-  row.step_ms = max_over_ranks(rt, elapsed) / n;
+  row.mean_step_ms = max_over_ranks(rt, elapsed) / n;
+  std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+  row.step_ms = max_over_ranks(rt, step_ms[step_ms.size() / 2]);
   row.samples_per_s =
       static_cast<double>(o.batch_per_replica * row.replicas) / (row.step_ms / 1000.0);
   row.exposed_comm_ms = max_over_ranks(rt, row.exposed_comm_ms / n);
@@ -319,6 +325,7 @@ TrainBenchRow row_from_json(const nlohmann::json& j) {
   TrainBenchRow r;
   r.replicas = j.at("replicas");
   r.step_ms = j.at("step_ms");
+  r.mean_step_ms = j.at("mean_step_ms");
   r.samples_per_s = j.at("samples_per_s");
   r.exposed_comm_ms = j.at("exposed_comm_ms");
   r.forward_ms = j.at("forward_ms");
@@ -338,19 +345,19 @@ void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions
       << " per replica, " << o.threads << " thread(s) per rank, " << o.steps << " steps (+"
       << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
       << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\n";
-  out << "replicas   step ms    cpu ms   samples/s   scaling   exposed comm ms (% step)   "
-         "fwd/bwd/opt ms"
-         "        peak MiB   buckets (overlapped)"
+  out << "replicas   step ms    mean ms   cpu ms   samples/s   scaling   "
+         "exposed comm ms (% step)   fwd/bwd/opt ms        peak MiB   buckets (overlapped)"
       << (o.baseline ? "   no-comm ceiling" : "") << "\n";
   for (const auto& r : rows) {
     char line[256];
     std::snprintf(
         line, sizeof line,
-        "%8d %9.2f %9.2f %11.1f %9.3f %14.2f (%5.1f%%)       %6.1f/%6.1f/%5.1f %12.1f %6d (%d)",
-        r.replicas, r.step_ms, r.cpu_ms, r.samples_per_s, r.scaling_efficiency, r.exposed_comm_ms,
-        r.step_ms > 0 ? 100.0 * r.exposed_comm_ms / r.step_ms : 0.0, r.forward_ms, r.backward_ms,
-        r.optimizer_ms, static_cast<double>(r.peak_bytes) / (1 << 20), r.buckets,
-        r.overlapped_buckets);
+        "%8d %9.2f %10.2f %8.2f %11.1f %9.3f %14.2f (%5.1f%%)       %6.1f/%6.1f/%5.1f %12.1f %6d "
+        "(%d)",
+        r.replicas, r.step_ms, r.mean_step_ms, r.cpu_ms, r.samples_per_s, r.scaling_efficiency,
+        r.exposed_comm_ms, r.step_ms > 0 ? 100.0 * r.exposed_comm_ms / r.step_ms : 0.0,
+        r.forward_ms, r.backward_ms, r.optimizer_ms, static_cast<double>(r.peak_bytes) / (1 << 20),
+        r.buckets, r.overlapped_buckets);
     out << line;
     if (o.baseline && r.compute_only_efficiency > 0) {
       std::snprintf(line, sizeof line, "   %15.3f", r.compute_only_efficiency);
@@ -358,6 +365,8 @@ void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions
     }
     out << (r.replicas_identical ? "" : "   REPLICAS DIFFER") << "\n";
   }
+  out << "step ms: the median step (slowest rank), which samples/s and scaling use; mean ms: "
+         "all timed steps' wall time / steps\n";
   if (o.baseline) {
     out << "no-comm ceiling: the same ranks each training alone (no all-reduce), as a scaling "
            "efficiency; the gap to it is what communication costs\n";

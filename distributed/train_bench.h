@@ -38,10 +38,13 @@ struct TrainBenchOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;
 };
 
-/// One replica count's measurements (averages over the timed steps; the slowest rank's times).
+/// One replica count's measurements (the slowest rank's times). step_ms is the median step: on
+/// a shared machine a few steps stalled by other tenants move the mean a lot and the median
+/// little; the mean is kept next to it. The phase times are means.
 struct TrainBenchRow {
   int replicas = 0;
-  double step_ms = 0;
+  double step_ms = 0;       // median over the timed steps
+  double mean_step_ms = 0;  // wall time of the timed steps / steps
   double samples_per_s = 0;
   double scaling_efficiency = 0;  // (samples/s at R) / (R * samples/s at the smallest count / it)
   double exposed_comm_ms = 0;     // waiting for buckets after backward, per step
