@@ -19,7 +19,7 @@ struct TrainBenchOptions {
   std::vector<int> replicas = {1, 2};
   int steps = 20;  // timed steps per replica count
   int warmup = 3;  // untimed steps first (allocator cache, oneDNN primitives)
-  int rounds = 1;  // jobs per replica count (alternating); the fastest of each is reported
+  int rounds = 3;  // jobs per replica count (alternating); the fastest of each is reported
   std::int64_t batch_per_replica = 64;
   int threads = 1;        // OpenMP threads per rank
   std::string json_path;  // list of rows; "" = none
