@@ -19,15 +19,16 @@ if "$bench" train --model lstm 2>"$work/bad.txt"; then fail "--model lstm was ac
 grep -q "cnn or gru" "$work/bad.txt" || fail "bad --model message: $(cat "$work/bad.txt")"
 
 for model in cnn gru; do
-  "$bench" train --model "$model" --replicas 1,2 --steps 2 --warmup 1 --rounds 1 --batch-per-replica 8 \
-    --json "$work/$model.json" >"$work/$model.txt"
+  "$bench" train --model "$model" --replicas 1,2 --steps 2 --warmup 1 --rounds 1 \
+    --batch-per-replica 8 --json "$work/$model.json" >"$work/$model.txt"
   cat "$work/$model.txt"
   python3 - "$work/$model.json" "$model" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
 assert [r["replicas"] for r in rows] == [1, 2], rows
 for r in rows:
-    for key in ("step_ms", "mean_step_ms", "samples_per_s", "scaling_efficiency", "exposed_comm_ms", "peak_bytes"):
+    for key in ("step_ms", "mean_step_ms", "samples_per_s", "scaling_efficiency",
+                "exposed_comm_ms", "peak_bytes"):
         assert key in r, (key, r)
     assert r["model"] == sys.argv[2]
     assert r["replicas_identical"] is True, r
