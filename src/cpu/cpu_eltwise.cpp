@@ -11,6 +11,7 @@
 #include "math/convert.h"
 #include "math/dropout.h"
 #include "math/optim.h"
+#include "ops/with_activation.h"
 
 namespace mirror::cpu {
 namespace {
@@ -25,23 +26,6 @@ template <class Act, class T>
 void activation_grad_loop(const T* y, const T* dy, T* dx, std::int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (std::int64_t i = 0; i < n; ++i) dx[i] = Act::backward(y[i], dy[i]);
-}
-
-/// Calls f(Functor{}) for the activation.
-template <class F>
-void with_activation(ops::Activation act, F&& f) {
-  switch (act) {
-    case ops::Activation::kIdentity:
-      return f(math::Identity{});
-    case ops::Activation::kRelu:
-      return f(math::Relu{});
-    case ops::Activation::kTanh:
-      return f(math::Tanh{});
-    case ops::Activation::kSigmoid:
-      return f(math::Sigmoid{});
-  }
-  throw InvalidArgument("activation: unknown activation kind " +
-                        std::to_string(static_cast<int>(act)));
 }
 
 /// Partial sums over fixed 4096-element blocks, added in block order: the result is the same
@@ -69,7 +53,7 @@ Tensor CpuKernels::activation_forward(ops::Activation act, const Tensor& x) {
   return with_float(x, "activation_forward", [&](auto t) -> Tensor {
     using T = decltype(t);
     Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-    with_activation(
+    ops::with_activation(
         act, [&](auto a) { activation_loop<decltype(a)>(x.data<T>(), y.data<T>(), x.numel()); });
     return y;
   });
@@ -79,7 +63,7 @@ Tensor CpuKernels::activation_backward(ops::Activation act, const Tensor& y, con
   return with_float(y, "activation_backward", [&](auto t) -> Tensor {
     using T = decltype(t);
     Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-    with_activation(act, [&](auto a) {
+    ops::with_activation(act, [&](auto a) {
       activation_grad_loop<decltype(a)>(y.data<T>(), dy.data<T>(), dx.data<T>(), y.numel());
     });
     return dx;

@@ -100,23 +100,9 @@ struct Pool2x2 {
   }
 };
 
-void check_geometry(const ops::Pool2DGeometry& g, const char* op) {
-  // With padding >= kernel a window could lie entirely in the padding and have no maximum.
-  MIRROR_CHECK(g.k_h > 0 && g.k_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_top >= 0 &&
-                   g.pad_left >= 0 && g.pad_bottom >= 0 && g.pad_right >= 0 && g.pad_top < g.k_h &&
-                   g.pad_bottom < g.k_h && g.pad_left < g.k_w && g.pad_right < g.k_w,
-               InvalidArgument,
-               std::string(op) + ": expected positive window and stride and each padding smaller " +
-                   "than the window, got window " + std::to_string(g.k_h) + "x" +
-                   std::to_string(g.k_w) + ", padding t/b/l/r " + std::to_string(g.pad_top) + "/" +
-                   std::to_string(g.pad_bottom) + "/" + std::to_string(g.pad_left) + "/" +
-                   std::to_string(g.pad_right));
-}
-
 }  // namespace
 
 Tensor CpuKernels::maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) {
-  check_geometry(g, "maxpool2d_forward");
   const PoolDims d(x.shape(), g);
   return with_float(x, "maxpool2d_forward", [&](auto t) -> Tensor {
     using T = decltype(t);
@@ -144,7 +130,6 @@ Tensor CpuKernels::maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry&
 
 Tensor CpuKernels::maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                       const ops::Pool2DGeometry& g) {
-  check_geometry(g, "maxpool2d_backward");
   const PoolDims d(x.shape(), g);
   MIRROR_CHECK(
       x.rank() == 4 && dy.rank() == 4 && dy.dim(0) == d.n && dy.dim(1) == d.c &&

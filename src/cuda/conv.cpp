@@ -158,19 +158,6 @@ Tensor conv_input(const Tensor& x, const ConvProblem& p, cudaStream_t s) {
   return padded;
 }
 
-void check_pool_geometry(const ops::Pool2DGeometry& g, const char* op) {
-  // As on the CPU: with padding >= window a window could lie entirely in the padding.
-  MIRROR_CHECK(g.k_h > 0 && g.k_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_top >= 0 &&
-                   g.pad_left >= 0 && g.pad_bottom >= 0 && g.pad_right >= 0 && g.pad_top < g.k_h &&
-                   g.pad_bottom < g.k_h && g.pad_left < g.k_w && g.pad_right < g.k_w,
-               InvalidArgument,
-               std::string(op) + ": expected positive window and stride and each padding smaller " +
-                   "than the window, got window " + std::to_string(g.k_h) + "x" +
-                   std::to_string(g.k_w) + ", padding t/b/l/r " + std::to_string(g.pad_top) + "/" +
-                   std::to_string(g.pad_bottom) + "/" + std::to_string(g.pad_left) + "/" +
-                   std::to_string(g.pad_right));
-}
-
 Planes pool_planes(const Tensor& x, const ops::Pool2DGeometry& g) {
   const int h = static_cast<int>(x.dim(2)), w = static_cast<int>(x.dim(3));
   return {x.dim(0) * x.dim(1), h, w, g.out_h(h), g.out_w(w)};
@@ -252,7 +239,6 @@ void CudaKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Ten
 }
 
 Tensor CudaKernels::maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) {
-  check_pool_geometry(g, "maxpool2d_forward");
   OpScope op(x);
   const Planes d = pool_planes(x, g);
   Tensor y = Tensor::empty({x.dim(0), x.dim(1), d.oh, d.ow}, x.dtype(), x.device());
@@ -262,7 +248,6 @@ Tensor CudaKernels::maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry
 
 Tensor CudaKernels::maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                        const ops::Pool2DGeometry& g) {
-  check_pool_geometry(g, "maxpool2d_backward");
   OpScope op(x);
   const Planes d = pool_planes(x, g);
   MIRROR_CHECK(

@@ -14,6 +14,7 @@
 #include "math/dropout.h"
 #include "math/optim.h"
 #include "mirror/error.h"
+#include "ops/with_activation.h"
 
 namespace mirror::cuda {
 namespace {
@@ -29,21 +30,6 @@ __global__ void activation_backward_kernel(const float* y, const float* dy, floa
   MIRROR_GRID_LOOP(i, n) dx[i] = Act::backward(y[i], dy[i]);
 }
 
-template <class F>
-void with_activation(ops::Activation act, F&& f) {
-  switch (act) {
-    case ops::Activation::kIdentity:
-      return f(math::Identity{});
-    case ops::Activation::kRelu:
-      return f(math::Relu{});
-    case ops::Activation::kTanh:
-      return f(math::Tanh{});
-    case ops::Activation::kSigmoid:
-      return f(math::Sigmoid{});
-  }
-  throw InvalidArgument("activation: unknown activation kind " +
-                        std::to_string(static_cast<int>(act)));
-}
 
 __global__ void dropout_forward_kernel(const float* x, float* y, float* mask,
                                        const std::int64_t* ids, std::int64_t n, std::int64_t per,
@@ -166,13 +152,13 @@ __global__ void adam_kernel(float* p, const float* g, float* m, float* v, std::i
 
 void activation_forward(ops::Activation act, const float* x, float* y, std::int64_t n,
                         cudaStream_t s) {
-  with_activation(
+  ops::with_activation(
       act, [&](auto a) { MIRROR_LAUNCH(activation_forward_kernel<decltype(a)>, n, s, x, y, n); });
 }
 
 void activation_backward(ops::Activation act, const float* y, const float* dy, float* dx,
                          std::int64_t n, cudaStream_t s) {
-  with_activation(act, [&](auto a) {
+  ops::with_activation(act, [&](auto a) {
     MIRROR_LAUNCH(activation_backward_kernel<decltype(a)>, n, s, y, dy, dx, n);
   });
 }

@@ -39,6 +39,20 @@ void require_same(const Tensor& a, const Tensor& b, const char* op) {
                  "shapes/dtypes differ: " + a.str() + " vs " + b.str());
 }
 
+void require_pool_geometry(const Pool2DGeometry& g, const char* op) {
+  // With padding >= window a window could lie entirely in the padding and have no maximum.
+  MIRROR_REQUIRE(g.k_h > 0 && g.k_w > 0 && g.stride_h > 0 && g.stride_w > 0 && g.pad_top >= 0 &&
+                     g.pad_left >= 0 && g.pad_bottom >= 0 && g.pad_right >= 0 &&
+                     g.pad_top < g.k_h && g.pad_bottom < g.k_h && g.pad_left < g.k_w &&
+                     g.pad_right < g.k_w,
+                 op,
+                 "expected positive window and stride and each padding smaller than the window, "
+                 "got window " +
+                     std::to_string(g.k_h) + "x" + std::to_string(g.k_w) + ", padding t/b/l/r " +
+                     std::to_string(g.pad_top) + "/" + std::to_string(g.pad_bottom) + "/" +
+                     std::to_string(g.pad_left) + "/" + std::to_string(g.pad_right));
+}
+
 }  // namespace
 
 Conv2DGeometry Conv2DGeometry::same(int in_h, int in_w, int k_h, int k_w, int stride_h,
@@ -133,6 +147,7 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
 Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g) {
   KernelSet& k = backend("maxpool2d_forward", {&x});
   MIRROR_REQUIRE(x.rank() == 4, "maxpool2d_forward", "expected NCHW, got " + x.str());
+  require_pool_geometry(g, "maxpool2d_forward");
   MIRROR_REQUIRE(g.out_h(static_cast<int>(x.dim(2))) > 0 && g.out_w(static_cast<int>(x.dim(3))) > 0,
                  "maxpool2d_forward", "window larger than the input " + x.str());
   return k.maxpool2d_forward(x, g);
@@ -142,6 +157,7 @@ Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Pool2DGeometry& g) {
   KernelSet& k = backend("maxpool2d_backward", {&x, &y, &dy});
   require_same(y, dy, "maxpool2d_backward");
+  require_pool_geometry(g, "maxpool2d_backward");
   return k.maxpool2d_backward(x, y, dy, g);
 }
 
