@@ -13,6 +13,10 @@
 
 namespace mirror::testing_util {
 
+/// Every dtype a communicator can reduce.
+inline constexpr DType kReducible[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
+                                       DType::kInt64,   DType::kFloat16, DType::kBFloat16};
+
 /// Calls f(i) on `n` threads at once; rethrows the first exception after all have finished.
 template <class F>
 void run_replicas(int n, F f) {

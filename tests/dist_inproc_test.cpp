@@ -12,6 +12,7 @@
 namespace mirror::dist {
 namespace {
 
+using testing_util::kReducible;
 using testing_util::pattern;
 using testing_util::pattern_sum;
 using testing_util::period_for;
@@ -20,9 +21,6 @@ using testing_util::tensor_of;
 using testing_util::values_of;
 
 constexpr int kReplicas = 3;
-
-const DType kReducible[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
-                            DType::kInt64,   DType::kFloat16, DType::kBFloat16};
 
 TEST(InProcGroup, Identity) {
   auto comms = make_inproc_group(kReplicas, nullptr, 0, kReplicas);

@@ -12,23 +12,15 @@
 #include "mirror/nn/recurrent.h"
 #include "mirror/nn/sequential.h"
 #include "mirror/ops.h"
+#include "ops_test_util.h"
 
 namespace mirror::nn {
 namespace {
 
 using Vec = std::vector<double>;
 
-Vec values(const Tensor& t) {
-  if (t.dtype() == DType::kFloat64) return t.to_vector<double>();
-  const auto f = t.to_vector<float>();
-  return Vec(f.begin(), f.end());
-}
-
-Vec random_values(std::size_t n, double scale, std::mt19937_64& rng) {
-  Vec v(n);
-  for (auto& x : v) x = scale * (2.0 * static_cast<double>(rng() >> 11) * 0x1.0p-53 - 1.0);
-  return v;
-}
+using ops_test::random_values;
+using ops_test::values;
 
 GRU built_gru(int units, bool seq, std::int64_t t, std::int64_t f, std::uint64_t seed,
               DType dtype = DType::kFloat64) {

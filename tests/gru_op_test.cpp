@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mirror/ops.h"
+#include "ops_test_util.h"
 
 namespace mirror {
 namespace {
@@ -21,17 +22,8 @@ Tensor make(const Vec& v, const Shape& shape, DType dtype = DType::kFloat64) {
   return Tensor::from_vector(std::vector<float>(v.begin(), v.end()), shape);
 }
 
-Vec values(const Tensor& t) {
-  if (t.dtype() == DType::kFloat64) return t.to_vector<double>();
-  const auto f = t.to_vector<float>();
-  return Vec(f.begin(), f.end());
-}
-
-Vec random_values(std::size_t n, double scale, std::mt19937_64& rng) {
-  Vec v(n);
-  for (auto& x : v) x = scale * (2.0 * static_cast<double>(rng() >> 11) * 0x1.0p-53 - 1.0);
-  return v;
-}
+using ops_test::random_values;
+using ops_test::values;
 
 struct Problem {
   std::int64_t n, t, f, h;

@@ -35,6 +35,14 @@ inline std::vector<double> values(const Tensor& t) {
   return ops::cast(t, DType::kFloat64).to_vector<double>();
 }
 
+/// n values U(-scale, scale) from `rng`, drawn from its top 53 bits so that every standard
+/// library gives the same numbers.
+inline std::vector<double> random_values(std::size_t n, double scale, std::mt19937_64& rng) {
+  std::vector<double> v(n);
+  for (auto& x : v) x = scale * (2.0 * static_cast<double>(rng() >> 11) * 0x1.0p-53 - 1.0);
+  return v;
+}
+
 inline Tensor f64(const Tensor& t) { return ops::cast(t, DType::kFloat64); }
 inline Tensor f32(const Tensor& t) { return ops::cast(t, DType::kFloat32); }
 

@@ -20,15 +20,13 @@
 namespace mirror::dist {
 namespace {
 
+using testing_util::kReducible;
 using testing_util::pattern;
 using testing_util::pattern_sum;
 using testing_util::period_for;
 using testing_util::run_replicas;
 using testing_util::tensor_of;
 using testing_util::values_of;
-
-const DType kReducible[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
-                            DType::kInt64,   DType::kFloat16, DType::kBFloat16};
 
 Runtime& rt() { return Runtime::get(); }
 
