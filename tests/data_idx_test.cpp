@@ -1,7 +1,6 @@
 // IDX / gzip parsing and FashionMnist loading from fixture files, including every kind of bad
 // input the loader must reject with a DataError.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include "mirror/data/fashion_mnist.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
+#include "temp_dir.h"
 
 namespace mirror::data {
 namespace {
@@ -136,13 +136,6 @@ TEST(DataIdx, MissingFileNamesPath) {
 
 class FashionFixture : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("mirror_fmnist_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void write(const std::string& name, const Bytes& bytes) {
     std::ofstream out(dir_ / name, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()),
@@ -157,7 +150,8 @@ class FashionFixture : public ::testing::Test {
     write(gz ? "train-labels-idx1-ubyte.gz" : "train-labels-idx1-ubyte",
           gz ? gzip_compress(lab) : lab);
   }
-  std::filesystem::path dir_;
+  testing_util::TempDir tmp_{"mirror-fmnist"};
+  std::filesystem::path dir_ = tmp_.path();
 };
 
 TEST_F(FashionFixture, LoadsGzipAndRawInBothLayouts) {

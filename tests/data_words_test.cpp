@@ -1,7 +1,6 @@
 // Word lists: strict UTF-8, the list parser, the language rules (Note [Word rules]), the split,
 // the vocabulary, and bad input. Real lists from /usr/share/dict when installed.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +10,7 @@
 
 #include "mirror/data/words.h"
 #include "mirror/error.h"
+#include "temp_dir.h"
 
 namespace mirror::data {
 namespace {
@@ -269,17 +269,11 @@ TEST(DataWords, BadInputIsDataError) {
 
 class DictDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("mirror_dict_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name, std::ios::binary) << text;
   }
-  std::filesystem::path dir_;
+  testing_util::TempDir tmp_{"mirror-dict"};
+  std::filesystem::path dir_ = tmp_.path();
 };
 
 TEST_F(DictDir, DiscoversListsAndSkipsHelpers) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mirror/train/checkpoint.h"
+#include "temp_dir.h"
 
 namespace mirror::train {
 namespace {
@@ -19,22 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-/// A fresh directory under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mirror-ckpt-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing_util::TempDir;
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
