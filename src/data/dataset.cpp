@@ -19,4 +19,8 @@ void Dataset::decode_tokens(std::int64_t, std::int32_t*, std::int32_t) const {
   throw InvalidArgument(describe() + " holds float data, not token ids: use decode_float");
 }
 
+void Dataset::decode_target(std::int64_t, float*) const {
+  throw InvalidArgument(describe() + " holds class labels, not float targets: use label");
+}
+
 }  // namespace mirror::data

@@ -166,10 +166,17 @@ void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
       std::min<std::int64_t>(B, static_cast<std::int64_t>(order.size()) - first);
   const std::int64_t offset = shard_.replica * b;  // this replica's slice in the global batch
   batch.global_count = real;
-  batch.labels = Tensor::empty({b}, DType::kInt32);
+  // Class labels are int32 [b]; float targets float32 [b, target...] (zeros for padding).
+  const bool float_targets = ds.target_kind() == TargetKind::kFloat;
+  Shape target_shape{b};
+  for (auto d : ds.target_shape()) target_shape.push_back(d);
+  const std::int64_t target_numel = shape_numel(ds.target_shape());
+  batch.labels = float_targets ? Tensor::zeros(target_shape, DType::kFloat32)
+                               : Tensor::empty({b}, DType::kInt32);
   batch.weights = Tensor::empty({b}, DType::kFloat32);
   batch.sample_ids = Tensor::empty({b}, DType::kInt64);
-  auto* labels = batch.labels.data<std::int32_t>();
+  auto* labels = float_targets ? nullptr : batch.labels.data<std::int32_t>();
+  auto* targets = float_targets ? batch.labels.data<float>() : nullptr;
   auto* weights = batch.weights.data<float>();
   auto* ids = batch.sample_ids.data<std::int64_t>();
   const bool sequence = ds.is_sequence(), variable = ds.variable_length();
@@ -177,7 +184,10 @@ void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
   for (std::int64_t j = 0; j < b; ++j) {
     const std::int64_t k = offset + j;
     ids[j] = k < real ? order[first + k] : -1 - k;
-    labels[j] = k < real ? ds.label(ids[j]) : 0;
+    if (!float_targets)
+      labels[j] = k < real ? ds.label(ids[j]) : 0;
+    else if (k < real)
+      ds.decode_target(ids[j], targets + j * target_numel);
     weights[j] = k < real ? 1.0f : 0.0f;
     if (sequence) {
       // Padding samples get one step (variable) or the full length: a valid, all-zero input.

@@ -10,7 +10,7 @@ namespace mirror::data {
 
 struct Batch {
   Tensor inputs;      // float32 [n, ...] (images, rows) or int32 ids [n, T] (words)
-  Tensor labels;      // int32 [n]
+  Tensor labels;      // int32 class ids [n], or float32 targets [n, target...] (TargetKind)
   Tensor weights;     // float32 [n]: 1 for real samples, 0 for padding samples
   Tensor sample_ids;  // int64 [n]: dataset index of each sample (-1 - k for padding)
   std::vector<std::int32_t> lengths;  // valid steps per sequence; empty for images

@@ -41,6 +41,9 @@ class Synthetic : public Dataset {
   Shape sample_shape() const override;
   bool is_sequence() const override { return spec_.kind != SyntheticSpec::Kind::kImages; }
   bool variable_length() const override { return spec_.kind == SyntheticSpec::Kind::kTokens; }
+  std::int64_t vocab_size() const override {
+    return spec_.kind == SyntheticSpec::Kind::kTokens ? spec_.vocab : 0;
+  }
   std::int32_t length(std::int64_t index) const override;
   std::int32_t label(std::int64_t index) const override;
   void decode_float(std::int64_t index, float* dst) const override;

@@ -113,7 +113,9 @@ class WordLanguages : public Dataset {
   const std::vector<std::string>& list_files() const { return list_files_; }
   /// Sorted code points; code point code_points()[k] has id k + 2.
   const std::vector<char32_t>& code_points() const { return code_points_; }
-  std::int32_t vocab_size() const { return static_cast<std::int32_t>(code_points_.size()) + 2; }
+  std::int64_t vocab_size() const override {
+    return static_cast<std::int64_t>(code_points_.size()) + 2;
+  }
   std::int32_t id_of(char32_t code_point) const;  // kUnk when not in the vocabulary
   /// The word of a sample, re-encoded from its ids (<unk> becomes U+FFFD).
   std::string word(std::int64_t index) const;
