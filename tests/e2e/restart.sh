@@ -35,7 +35,7 @@ for _ in $(seq 1 600); do
   ls ck 2>/dev/null | grep -q safetensors && break
   sleep 0.05
 done
-victim=$(pgrep -f "mirror-train.*--checkpoint-dir ck" | tail -1)
+victim=$(pgrep -f "^$train .*--checkpoint-dir ck" | tail -1)  # a rank, not mpirun
 if [ -z "$victim" ]; then
   fail "no rank to kill (the run ended before its first checkpoint?)"
 else
