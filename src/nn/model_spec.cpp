@@ -141,6 +141,8 @@ class Fields {
       if (taken_.count(key) || ignored.count(key) || kIgnoredEverywhere.count(key)) continue;
       std::vector<std::string> known = known_;
       known.insert(known.end(), ignored.begin(), ignored.end());
+      std::sort(known.begin(), known.end());
+      known.erase(std::unique(known.begin(), known.end()), known.end());
       fail(key, "unknown field; supported: " + join(known) +
                     " (and name, trainable, dtype, "
                     "seed, which do not change the model)");
@@ -223,9 +225,11 @@ std::int64_t square(Fields& f, const std::string& field, const std::array<std::i
 
 void no_regularizers(Fields& f, const std::vector<std::string>& names) {
   for (const auto& n : names) {
-    f.require_null(n, "Mirror has no " + std::string(n.find("constraint") != std::string::npos
-                                                         ? "constraints"
-                                                         : "regularizers"));
+    const char* what = n.find("constraint") != std::string::npos    ? "constraints"
+                       : n.find("regularizer") != std::string::npos ? "regularizers"
+                       : n == "lora_rank"                           ? "LoRA adapters"
+                                                                    : "quantization";
+    f.require_null(n, std::string("Mirror has no ") + what);
   }
 }
 
@@ -298,8 +302,9 @@ struct ModelSpecParser {
     f.require_bool("use_bias", true, "Mirror's Conv2D always has a bias");
     f.initializer("kernel_initializer", "GlorotUniform");
     f.initializer("bias_initializer", "Zeros");
-    no_regularizers(f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                        "kernel_constraint", "bias_constraint", "lora_rank"});
+    no_regularizers(
+        f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+            "bias_constraint", "lora_rank", "quantization_config"});
     image_format(f, keras);
     f.finish({"batch_input_shape", "input_shape"});
     return {{{"type", "conv2d"},
@@ -334,8 +339,9 @@ struct ModelSpecParser {
     f.require_bool("use_bias", true, "Mirror's Dense always has a bias");
     f.initializer("kernel_initializer", "GlorotUniform");
     f.initializer("bias_initializer", "Zeros");
-    no_regularizers(f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                        "kernel_constraint", "bias_constraint", "lora_rank"});
+    no_regularizers(
+        f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+            "bias_constraint", "lora_rank", "quantization_config"});
     f.finish({"batch_input_shape", "input_shape"});
     json j = {{"type", "dense"}};
     if (units > 0) j["units"] = units;
@@ -361,9 +367,9 @@ struct ModelSpecParser {
     const bool mask_zero = f.boolean("mask_zero", "", false);
     f.initializer("embeddings_initializer", "RandomUniform");
     no_regularizers(f, {"embeddings_regularizer", "activity_regularizer", "embeddings_constraint",
-                        "lora_rank"});
+                        "lora_rank", "quantization_config"});
     f.require_bool("sparse", false, "Mirror's embedding gradient is dense");
-    f.finish({"batch_input_shape", "input_shape", "input_length"});
+    f.finish({"batch_input_shape", "input_shape", "input_length", "lora_alpha"});
     json j = {{"type", "embedding"}};
     if (vocab > 0) j["input_dim"] = vocab;
     j["output_dim"] = dim;
