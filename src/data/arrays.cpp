@@ -43,7 +43,8 @@ void widen(const std::uint8_t* src, std::int64_t n, float divisor, float* dst) {
 
 /// Converts n elements of `type` at src to float (divided by divisor: 255 scales uint8 to
 /// [0, 1] with the same values as FashionMnist).
-void to_float(ElementType type, const std::uint8_t* src, std::int64_t n, float divisor, float* dst) {
+void to_float(ElementType type, const std::uint8_t* src, std::int64_t n, float divisor,
+              float* dst) {
   switch (type) {
     case ElementType::kUInt8:
       return widen<std::uint8_t>(src, n, divisor, dst);
@@ -62,6 +63,16 @@ void to_float(ElementType type, const std::uint8_t* src, std::int64_t n, float d
     case ElementType::kFloat64:
       return widen<double>(src, n, divisor, dst);
   }
+}
+
+/// Whether `shape` has positive dims whose product is `numel` (computed without overflow).
+bool numel_is(const Shape& shape, std::int64_t numel) {
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    if (d <= 0 || d > numel / n) return false;
+    n *= d;
+  }
+  return n == numel;
 }
 
 /// DataError at the first value that is NaN/inf or (float64) beyond the float32 range.
@@ -170,9 +181,7 @@ void ArrayDataset::init_float_x(const ArrayOptions& options, const std::string& 
   MIRROR_CHECK(per > 0, DataError,
                x_name + ": samples of shape " + shape_str(sample_shape_) + " hold no values");
   if (!options.sample_shape.empty()) {
-    const bool positive = std::all_of(options.sample_shape.begin(), options.sample_shape.end(),
-                                      [](std::int64_t d) { return d > 0; });
-    MIRROR_CHECK(positive && shape_numel(options.sample_shape) == per, InvalidArgument,
+    MIRROR_CHECK(numel_is(options.sample_shape, per), InvalidArgument,
                  "input shape " + shape_str(options.sample_shape) +
                      " does not fit the samples of " + x_name + " (shape " +
                      shape_str(sample_shape_) + ", " + std::to_string(per) +
@@ -239,8 +248,7 @@ void ArrayDataset::init_labels(const NumericArray& y, int num_classes, const std
   labels_.resize(static_cast<std::size_t>(count_));
   std::int64_t max_label = 0;
   for (std::int64_t i = 0; i < count_; ++i) {
-    const double v = y.value(i);
-    const auto label = static_cast<std::int64_t>(v);  // integer types only: exact below 2^53
+    const std::int64_t label = y.integer(i);
     MIRROR_CHECK(label >= 0 && label < INT32_MAX, DataError,
                  y_name + ": label " + std::to_string(label) + " of sample " + std::to_string(i) +
                      " is outside [0, 2^31 - 1); class labels are 0, 1, 2, ...");

@@ -1,6 +1,7 @@
 #include "mirror/data/numeric_array.h"
 
 #include <bit>
+#include <cstdint>
 #include <cstring>
 
 #include "mirror/error.h"
@@ -94,26 +95,37 @@ double NumericArray::value(std::int64_t i) const {
   return 0;
 }
 
+std::int64_t NumericArray::integer(std::int64_t i) const {
+  MIRROR_CHECK(!is_floating(type), InvalidArgument,
+               std::string("NumericArray::integer on a ") + element_type_name(type) + " array");
+  if (type == ElementType::kInt64) return load<std::int64_t>(bytes.data() + i * 8);
+  return static_cast<std::int64_t>(value(i));  // exact: every other integer type fits a double
+}
+
 std::uint64_t checked_payload_bytes(const std::vector<std::int64_t>& shape, int element_bytes,
                                     std::uint64_t max_bytes, const std::string& name) {
-  std::uint64_t total = static_cast<std::uint64_t>(element_bytes);
+  // `bytes` is the payload; `extent` the product of the non-zero dims, kept below 2^63 so
+  // that numel of any sub-shape fits int64 even when a zero dim makes the payload empty.
+  std::uint64_t bytes = static_cast<std::uint64_t>(element_bytes), extent = 1;
   for (std::size_t i = 0; i < shape.size(); ++i) {
     MIRROR_CHECK(shape[i] >= 0, DataError,
                  name + ": dimension " + std::to_string(i) + " is negative (" +
                      std::to_string(shape[i]) + "); the header is corrupt");
     const auto d = static_cast<std::uint64_t>(shape[i]);
-    // total <= max_bytes, so total * d overflows only if d > UINT64_MAX / total.
-    if (total == 0 || d == 0) {
-      total = 0;
+    if (d == 0) {
+      bytes = 0;
       continue;
     }
-    MIRROR_CHECK(d <= UINT64_MAX / total && total * d <= max_bytes, DataError,
+    MIRROR_CHECK(d <= static_cast<std::uint64_t>(INT64_MAX) / extent &&
+                     (bytes == 0 || (d <= UINT64_MAX / bytes && bytes * d <= max_bytes)),
+                 DataError,
                  name + ": shape " + dims_str(shape) + " of " + std::to_string(element_bytes) +
                      "-byte elements describes more than " + std::to_string(max_bytes) +
                      " bytes; the header is corrupt or the array is too large");
-    total *= d;
+    extent *= d;
+    bytes *= d;
   }
-  return total;
+  return bytes;
 }
 
 std::string dims_str(const std::vector<std::int64_t>& shape) {

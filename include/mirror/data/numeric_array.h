@@ -26,6 +26,8 @@ struct NumericArray {
   std::int64_t numel() const;
   /// Element i converted to double (int64 values beyond 2^53 lose precision).
   double value(std::int64_t i) const;
+  /// Element i of an integer array, exactly (InvalidArgument for float arrays).
+  std::int64_t integer(std::int64_t i) const;
 };
 
 /// Product of the dims; DataError naming `name` when a dim is negative or the product of
