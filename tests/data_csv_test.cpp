@@ -4,6 +4,7 @@
 
 #include "data_test_util.h"
 #include "mirror/data/csv.h"
+#include "mirror/data/loader.h"
 #include "temp_dir.h"
 
 namespace mirror::data {
@@ -63,6 +64,22 @@ TEST(DataCsv, QuotedFieldsAndFloatTargets) {
   ds->decode_target(0, &t);
   EXPECT_EQ(t, -0.25f);
   EXPECT_EQ(sample(*ds, 0), (std::vector<float>{1.5f}));
+}
+
+TEST(DataCsv, FloatTargetsBatchAsFloatTensors) {
+  CsvOptions o;
+  o.float_targets = true;
+  LoaderOptions lo;
+  lo.global_batch = 2;
+  lo.shuffle = false;
+  lo.prefetch_depth = 0;
+  Loader loader(parse_csv("1,2,0.5\n3,4,-1\n", "r.csv", o), {}, lo);
+  const Batch b = loader.make_batch(0, 0);
+  EXPECT_EQ(b.inputs.shape(), (Shape{2, 2}));
+  EXPECT_EQ(b.labels.shape(), (Shape{2, 1}));
+  EXPECT_EQ(b.labels.dtype(), DType::kFloat32);
+  EXPECT_EQ(b.labels.data<float>()[1], -1.0f);
+  EXPECT_TRUE(b.lengths.empty());
 }
 
 TEST(DataCsv, FileOnDisk) {

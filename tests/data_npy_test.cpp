@@ -159,6 +159,10 @@ TEST(DataNpy, SizeDisagreeingWithShapeIsDataError) {
       "4611686018427387904)}";
   expect_data_error([&] { parse_npy(npy_file(huge, p6), "h.npy"); },
                     {"h.npy", "describes more than"});
+  // An empty array whose other dims multiply past 2^63: numel of a sample would overflow.
+  const std::string zero_huge =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4611686018427387904, 4)}";
+  expect_data_error([&] { parse_npy(npy_file(zero_huge, {}), "z.npy"); }, {"z.npy", "describes"});
   expect_data_error(
       [&] {
         parse_npy(

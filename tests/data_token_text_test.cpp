@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
+#include "mirror/data/loader.h"
 #include "mirror/data/token_text.h"
 #include "temp_dir.h"
 
@@ -46,6 +47,20 @@ TEST(DataTokenText, StatedClassesAndVocab) {
   const auto disk = load_token_text(path);
   EXPECT_EQ(disk->size(), 2);
   EXPECT_NE(disk->describe().find("seq.txt"), std::string::npos);
+}
+
+TEST(DataTokenText, BatchesPadToTheLongestSequence) {
+  LoaderOptions o;
+  o.global_batch = 4;
+  o.shuffle = false;
+  o.prefetch_depth = 0;
+  Loader loader(parse_token_text("1 5 3 9\n0 2\n2 4 4\n", "b.txt"), {}, o);
+  const Batch b = loader.make_batch(0, 0);
+  EXPECT_EQ(b.inputs.shape(), (Shape{4, 3}));
+  EXPECT_EQ(b.lengths, (std::vector<std::int32_t>{3, 1, 2, 1}));
+  EXPECT_EQ(b.labels.data<std::int32_t>()[2], 2);
+  EXPECT_EQ(b.inputs.data<std::int32_t>()[3 + 1], 0);  // sample 1 padded after its one id
+  EXPECT_EQ(b.weights.data<float>()[3], 0.0f);         // a padding sample fills the batch
 }
 
 TEST(DataTokenText, BadInputNamesLineAndId) {

@@ -216,15 +216,16 @@ std::vector<std::uint8_t> gunzip(std::span<const std::uint8_t> file, const std::
                    "file without .gz if it is not compressed");
   GzipSource src(file, name);
   std::vector<std::uint8_t> out;
-  constexpr std::size_t kChunk = 4u << 20;
-  for (;;) {
+  // The buffer doubles from 64 KiB up to 64 MiB steps: small files stay cheap and the length
+  // trailer is never trusted for an allocation.
+  for (std::size_t chunk = 64u << 10;; chunk = std::min<std::size_t>(2 * chunk, 64u << 20)) {
     const std::size_t at = out.size();
-    out.resize(at + kChunk);
-    const std::size_t k = src.read(out.data() + at, kChunk);
+    out.resize(at + chunk);
+    const std::size_t k = src.read(out.data() + at, chunk);
     out.resize(at + k);
     MIRROR_CHECK(out.size() <= max_bytes, DataError,
                  name + ": inflates to more than " + std::to_string(max_bytes) + " bytes");
-    if (k < kChunk) break;
+    if (k < chunk) break;
   }
   src.expect_end();
   return out;
