@@ -127,7 +127,10 @@ print(", ".join(out))' 2>/dev/null || echo unknown)"
 
 export OPAL_PREFIX="$kit/ompi"
 pmix_dir="$(find "$kit/ompi/lib" -maxdepth 3 -type d -name 'pmix2' 2>/dev/null | head -1)"
-[ -n "$pmix_dir" ] && export PMIX_INSTALL_PREFIX="$pmix_dir"
+if [ -n "$pmix_dir" ]; then  # Debian's PMIx has absolute data/plugin folders: each one moved
+  export PMIX_PREFIX="$pmix_dir" PMIX_LIBDIR="$pmix_dir/lib" PMIX_DATADIR="$pmix_dir/share"
+  export PMIX_PKGLIBDIR="$pmix_dir/lib/pmix" PMIX_PKGDATADIR="$pmix_dir/share/pmix"
+fi
 export PATH="$kit/ompi/bin:$kit/bin:$orig_path"
 export LD_LIBRARY_PATH="$kit/lib${cuda_ld:+:$cuda_ld}${orig_ld:+:$orig_ld}"
 # The machine's libstdc++ serves unless it is older than the build's (then the kit's copy).
@@ -142,7 +145,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}" MIRROR_COMM_TIMEOUT="${MIRROR_COM
 {
   echo
   echo "OPAL_PREFIX=$OPAL_PREFIX"
-  echo "PMIX_INSTALL_PREFIX=${PMIX_INSTALL_PREFIX:-}"
+  echo "PMIX_PREFIX=${PMIX_PREFIX:-}"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "ldd mirror-train:"
   ldd "$kit/bin/mirror-train" 2>&1
@@ -151,7 +154,10 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}" MIRROR_COMM_TIMEOUT="${MIRROR_COM
 # What can run: a GPU (mirror-doctor's verdict), compute-sanitizer, torch with CUDA.
 doctor_json="$logs/doctor.json"
 gpu=0 gpu_why="mirror-doctor did not run"
-if "$kit/bin/mirror-doctor" --json >"$doctor_json" 2>>"$env_log"; then
+if "$kit/bin/mirror-doctor" --json >"$doctor_json" 2>>"$env_log" && [ -z "$python" ]; then
+  gpu_why="no python3 to read mirror-doctor --json"
+  grep -q '"gpu": *true' "$doctor_json" && gpu=1
+elif [ -s "$doctor_json" ]; then
   gpu_why="$("$python" -c '
 import json, sys
 v = json.load(open(sys.argv[1]))["verdict"]
@@ -191,7 +197,7 @@ step() {
   local log="$logs/$(printf '%02d' "$n")-$name.log"
   for need in $needs; do
     case "$need" in
-      gpu) ((gpu)) || { mark "$name" SKIP "needs a GPU: $gpu_why"; return 0; } ;;
+      gpu) ((gpu)) || { mark "$name" SKIP "needs a GPU: none usable here (why: the GPU line above)"; return 0; } ;;
       sanitizer) [ -n "$sanitizer" ] || { mark "$name" SKIP "compute-sanitizer not found"; return 0; } ;;
       torch) [ -z "$torch_why" ] || { mark "$name" SKIP "$torch_why"; return 0; } ;;
     esac
@@ -308,8 +314,9 @@ small_train=(--devices gpu --require-gpu --data synthetic --train-limit 128 --te
 step memcheck-train-gru-rows "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model gru-rows "${small_train[@]}"
 step memcheck-train-cnn "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model cnn "${small_train[@]}"
 torch_log=""
-run_torch() { PATH="$orig_path" LD_LIBRARY_PATH="$orig_ld" "$python" "$kit/bench/step_torch.py" "$@"; }
-step torch-step-gpu "gpu torch" 180 run_torch --device cuda --model cnn,gru-rows --batch 64 --steps 30 --warmup 5 --threads 4
+# PyTorch runs in the machine's own environment, not the kit's library path.
+step torch-step-gpu "gpu torch" 180 env PATH="$orig_path" LD_LIBRARY_PATH="$orig_ld" \
+  "$python" "$kit/bench/step_torch.py" --device cuda --model cnn,gru-rows --batch 64 --steps 30 --warmup 5 --threads 4
 [ "${step_status[torch-step-gpu]}" = PASS ] && torch_log="$last_log"
 
 # ---------------------------------------------------------------- side by side

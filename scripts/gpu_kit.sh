@@ -148,15 +148,17 @@ soname_report="$stage/sonames.txt"
 
 # ---- what was built against (for the run-time comparison in gpu_check.sh)
 header_define() { grep -h "#define $2 " "$1" 2>/dev/null | awk '{print $3}' | head -1; }
-cuda_inc="$(dirname "$(command -v nvcc)")/../include"
+nvcc_path="$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+[ -x "$nvcc_path" ] || nvcc_path="$(command -v nvcc || echo nvcc)"
+cuda_inc="$(dirname "$nvcc_path")/../include"
 cudnn_h="$(sed -n 's/^CUDNN_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/cudnn_version.h"
 nccl_h="$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/nccl.h"
 {
   echo "mirror commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(uname -m)"
   echo "build: $build ($(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt"))"
-  echo "cuda architectures: $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:STRING=//p' "$build/CMakeCache.txt")"
-  echo "nvcc: $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+  echo "cuda architectures: $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  echo "nvcc: $("$nvcc_path" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "cuda runtime compiled: $(header_define "$cuda_inc/cuda_runtime_api.h" CUDART_VERSION)"
   echo "cublas compiled: $(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MAJOR).$(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MINOR)"
   echo "cudnn compiled: $(header_define "$cudnn_h" CUDNN_MAJOR).$(header_define "$cudnn_h" CUDNN_MINOR).$(header_define "$cudnn_h" CUDNN_PATCHLEVEL)"
