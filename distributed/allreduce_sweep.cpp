@@ -281,8 +281,8 @@ void print_row(const AllreduceSweepRow& r, DType dtype, bool baseline, std::ostr
   if (baseline) {
     std::snprintf(line, sizeof line,
                   "%13zu %12zu %8s %10.1f %10.3f %10.3f %7zu %10.1f %10.3f %10.3f %7zu %8.1f%%\n",
-                  r.bytes, r.count, dtype_name(dtype), r.mirror_us, r.mirror_algbw,
-                  r.mirror_busbw, r.mirror_wrong, r.mpi_us, r.mpi_algbw, r.mpi_busbw, r.mpi_wrong,
+                  r.bytes, r.count, dtype_name(dtype), r.mirror_us, r.mirror_algbw, r.mirror_busbw,
+                  r.mirror_wrong, r.mpi_us, r.mpi_algbw, r.mpi_busbw, r.mpi_wrong,
                   100.0 * r.mirror_busbw / r.mpi_busbw);
   } else {
     std::snprintf(line, sizeof line, "%13zu %12zu %8s %10.1f %10.3f %10.3f %7zu\n", r.bytes,
@@ -352,10 +352,10 @@ SweepBackendChoice choose_sweep_backend(Runtime& rt, const AllreduceSweepOptions
   const GpuReport& gpus = discover_gpus();
   std::string why;
   if (!gpus.usable()) {
-    why = "no usable GPU (" +
-          (gpus.unavailable_reason.empty() ? std::string("none visible")
-                                           : gpus.unavailable_reason) +
-          ")";
+    why =
+        "no usable GPU (" +
+        (gpus.unavailable_reason.empty() ? std::string("none visible") : gpus.unavailable_reason) +
+        ")";
   } else if (rt.local_size() > static_cast<int>(gpus.devices.size()) && !o.allow_gpu_sharing) {
     why = std::to_string(rt.local_size()) + " ranks on this node but " +
           std::to_string(gpus.devices.size()) + " GPU(s), and no --allow-gpu-sharing";

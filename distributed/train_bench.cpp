@@ -60,10 +60,10 @@ void check_train_bench_devices(const TrainBenchOptions& o) {
   if (o.devices != "gpu") return;
   const GpuReport& gpus = discover_gpus();
   if (gpus.usable()) return;
-  throw Unavailable("--devices gpu needs a usable GPU, but " +
-                    (gpus.unavailable_reason.empty() ? std::string("none is visible")
-                                                     : gpus.unavailable_reason) +
-                    "; run mirror-doctor for details, or benchmark the CPU with --devices cpu");
+  throw Unavailable(
+      "--devices gpu needs a usable GPU, but " +
+      (gpus.unavailable_reason.empty() ? std::string("none is visible") : gpus.unavailable_reason) +
+      "; run mirror-doctor for details, or benchmark the CPU with --devices cpu");
 }
 
 // ================================================================ worker
@@ -376,8 +376,8 @@ TrainBenchRow row_from_json(const nlohmann::json& j) {
 void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions& o,
                  std::ostream& out) {
   out << "mirror-bench train: model " << o.model << " on " << o.devices << ", batch "
-      << o.batch_per_replica << " per replica, " << o.threads << " thread(s) per rank, " << o.steps << " steps (+"
-      << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
+      << o.batch_per_replica << " per replica, " << o.threads << " thread(s) per rank, " << o.steps
+      << " steps (+" << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
       << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\n";
   out << "replicas   step ms    mean ms   cpu ms   samples/s   scaling   "
          "exposed comm ms (% step)   fwd/bwd/opt ms        peak MiB   buckets (overlapped)"

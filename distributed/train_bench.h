@@ -21,12 +21,12 @@ struct TrainBenchOptions {
   int warmup = 3;  // untimed steps first (allocator cache, oneDNN primitives)
   int rounds = 3;  // jobs per replica count (alternating); the fastest of each is reported
   std::int64_t batch_per_replica = 64;
-  int threads = 1;        // OpenMP threads per rank
+  int threads = 1;  // OpenMP threads per rank
   /// "cpu": one CPU replica per rank; "gpu": one GPU per rank (GPU = local rank, NCCL between
   /// ranks); no usable GPU is an Unavailable error naming the reason.
   std::string devices = "cpu";
   bool allow_gpu_sharing = false;  // "gpu" with more ranks than GPUs (NCCL may refuse it)
-  std::string json_path;  // list of rows; "" = none
+  std::string json_path;           // list of rows; "" = none
   std::string plot_path;  // PNG (gnuplot); "" = next to json_path when gnuplot is installed
   /// How to start ranks: "" = launch/mirrorrun found near the executable, else mpirun;
   /// "mpirun" = mpirun -np R --oversubscribe --bind-to none; or a path to a mirrorrun script.

@@ -159,8 +159,8 @@ const Subcommand kSubcommands[] = {
     {"allreduce",
      "all-reduce bandwidth sweep: Mirror's MpiCommunicator vs raw MPI_Allreduce, or NCCL on GPUs",
      run_allreduce},
-    {"train", "scaling of MirroredStrategy steps over 1, 2, ... ranks (relaunches itself)",
-     nullptr, run_train},
+    {"train", "scaling of MirroredStrategy steps over 1, 2, ... ranks (relaunches itself)", nullptr,
+     run_train},
 };
 
 void usage(std::FILE* to) {

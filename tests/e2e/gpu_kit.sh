@@ -23,6 +23,18 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# ---- mirror-bench's GPU options: bad values are refused by name; auto picks MPI without a GPU
+bench="$build/bin/mirror-bench"
+if "$bench" allreduce --backend tcp >"$work/bad.txt" 2>&1; then fail "--backend tcp was accepted"; fi
+grep -q "auto, mpi or nccl" "$work/bad.txt" || fail "bad --backend message: $(cat "$work/bad.txt")"
+if "$bench" train --devices tpu >"$work/bad.txt" 2>&1; then fail "--devices tpu was accepted"; fi
+grep -q "cpu or gpu" "$work/bad.txt" || fail "bad --devices message: $(cat "$work/bad.txt")"
+if ! "$doctor" --json | grep -q '"gpu": *true'; then
+  "$bench" allreduce -b 8 -e 64 -n 1 -w 0 -r 1 >"$work/auto.txt" 2>&1 || fail "$(cat "$work/auto.txt")"
+  grep -q "^# backend mpi (auto: rank 0: no usable GPU" "$work/auto.txt" ||
+    fail "--backend auto without a GPU does not say why it uses MPI: $(cat "$work/auto.txt")"
+fi
+
 # ---- pack
 bash "$root/scripts/gpu_kit.sh" --build-dir "$build" --no-build --kit "$work/kit" | tee "$work/pack.log"
 grep -q "^SONAMEs vs the GPU machine's wheels .*: match$" "$work/pack.log" ||
