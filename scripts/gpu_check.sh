@@ -15,7 +15,8 @@
 # missing is skipped with the reason; without a GPU, the GPU flags are checked to fail cleanly.
 # OUTDIR gets summary.txt, all.log and logs.tar.gz (the device tool returns at most 8 files).
 # Exit 0 when every step that could run passed. Env: GPU_CHECK_BUDGET (seconds, default 540):
-# steps that would start after it are skipped, so the whole run stays inside 10 minutes.
+# each step's time limit is cut to what is left of it and steps after it are skipped, so the
+# whole run stays inside the device tool's 10 minutes; summary.txt is written as steps finish.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-${OUT:-$PWD/gpu-check-out}}"
@@ -142,6 +143,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}" MIRROR_COMM_TIMEOUT="${MIRROR_COMM_TIMEOUT:-120}"
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"  # NCCL's own reason next to Mirror's message
 {
   echo
   echo "OPAL_PREFIX=$OPAL_PREFIX"
@@ -188,6 +190,12 @@ mark() {  # mark NAME STATUS DETAIL
   step_status[$1]="$2"
   case "$2" in PASS) passed=$((passed + 1)) ;; SKIP) skipped=$((skipped + 1)) ;; *) failed=$((failed + 1)) ;; esac
   printf '%-5s %-26s %s\n' "$2" "$1" "$3" | tee -a "$summary"
+  cp "$summary" "$out/summary.txt"  # so a run cut short still leaves what it did
+}
+# Seconds a step may take: its own limit, cut to what is left of the budget.
+capped() {
+  local left=$((budget - (SECONDS - start_s)))
+  echo $(($1 < left ? $1 : left))
 }
 # step NAME NEEDS TIMEOUT CMD...: NEEDS is a space-separated list of gpu, sanitizer, torch.
 step() {
@@ -202,8 +210,9 @@ step() {
       torch) [ -z "$torch_why" ] || { mark "$name" SKIP "$torch_why"; return 0; } ;;
     esac
   done
-  if ((SECONDS - start_s + limit / 4 > budget)); then
-    mark "$name" SKIP "time budget (${budget} s) nearly spent"
+  limit="$(capped "$limit")"
+  if ((limit < 15)); then
+    mark "$name" SKIP "time budget (GPU_CHECK_BUDGET=${budget} s) spent"
     return 0
   fi
   t0=$SECONDS
@@ -248,7 +257,8 @@ t_pass=0 t_skip=0 t_fail=0 t_bin_fail=0
 for t in "$kit"/tests/*; do
   [ -x "$t" ] || continue
   tl="$logs/gpu-test-$(basename "$t").log"
-  timeout --kill-after=10 240 "$t" >"$tl" 2>&1
+  lim="$(capped 240)"
+  timeout --kill-after=10 "$((lim < 15 ? 15 : lim))" "$t" >"$tl" 2>&1
   rc=$?
   cat "$tl" >>"$gpu_tests_log"
   p="$(grep -c '^\[       OK \]' "$tl")" s="$(grep -c '^\[  SKIPPED \] .*(' "$tl")" f="$(grep -c '^\[  FAILED  \] .*(' "$tl")"
