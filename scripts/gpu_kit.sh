@@ -30,6 +30,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 die() { echo "gpu_kit: $*" >&2; exit 1; }
+trap 'echo "gpu_kit: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 limit_mib=64
 programs=(mirror-train mirror-bench mirror-doctor)
 gpu_tests=()
@@ -157,7 +158,9 @@ nccl_h="$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/nccl.h"
   echo "mirror commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(uname -m)"
   echo "build: $build ($(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt"))"
-  echo "cuda architectures: $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  # The targets nvcc was given (the cache may not name them when CMakeLists.txt chose them).
+  archs="$(grep -o -E 'sm_[0-9]+a?' "$build/build.ninja" 2>/dev/null | sort -u | tr '\n' ' ' || true)"
+  echo "cuda architectures: ${archs:-unknown}"
   echo "nvcc: $("$nvcc_path" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "cuda runtime compiled: $(header_define "$cuda_inc/cuda_runtime_api.h" CUDART_VERSION)"
   echo "cublas compiled: $(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MAJOR).$(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MINOR)"
