@@ -72,7 +72,6 @@ std::string checksum_of(const data::Dataset& train, const data::Dataset& test) {
 
 Datasets load_datasets(const TrainConfig& c) {
   Datasets d;
-  d.model.name = c.model;
   const bool synthetic = c.data == "synthetic";
   if (c.model == "cnn" || c.model == "gru-rows") {
     const auto layout = c.model == "cnn" ? data::Layout::kNCHW : data::Layout::kRows;
@@ -91,14 +90,12 @@ Datasets load_datasets(const TrainConfig& c) {
       d.train = data::FashionMnist::load(dir, data::Split::kTrain, layout);
       d.test = data::FashionMnist::load(dir, data::Split::kTest, layout);
     }
-    d.model.num_classes = d.train->num_classes();
   } else {  // gru-words
     if (synthetic) {
       const std::int64_t n = c.train_limit > 0 ? c.train_limit : 4096;
       const std::int64_t m = c.test_limit > 0 ? c.test_limit : 1024;
       d.train = data::Synthetic::tokens(n, c.seed, 5, 64, 1, 24);
       d.test = data::Synthetic::tokens(m, c.seed + 1, 5, 64, 1, 24);
-      d.model.vocab = 64;
     } else {
       data::WordOptions options;
       if (!c.dict_dir.empty()) options.dict_dir = c.dict_dir;
@@ -106,13 +103,12 @@ Datasets load_datasets(const TrainConfig& c) {
       auto train = data::WordLanguages::load(options);
       options.split = data::Split::kTest;
       auto test = data::WordLanguages::load(options);
-      d.model.vocab = train->vocab_size();
       d.train = train;
       d.test = test;
     }
-    d.model.num_classes = d.train->num_classes();
-    d.model.max_len = static_cast<int>(d.train->sample_shape()[0]);
   }
+  d.model = nn::ModelSpec::builtin(c.model).bind({d.train->sample_shape(), d.train->input_dtype(),
+                                                  d.train->num_classes(), d.train->vocab_size()});
   d.train = limit(d.train, c.train_limit);
   d.test = limit(d.test, c.test_limit);
   d.checksum = checksum_of(*d.train, *d.test);

@@ -97,7 +97,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg)
   if (is_root()) {
     if (!config.checkpoint_dir.empty()) checkpoints.emplace(config.checkpoint_dir, config.keep);
     if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, !config.resume.empty());
-    progress.message("[mirror] model " + spec.name + ": " +
+    progress.message("[mirror] model " + spec.name() + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(world_replicas) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; " + datasets.train->describe());
