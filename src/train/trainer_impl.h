@@ -1,4 +1,6 @@
-// defines: Trainer::Impl and the helpers its pieces share (data, checkpoints, progress).
+// defines: Trainer::Impl and the pieces it shares across files: the task built from a config,
+// metric sums, the step/epoch events of the fit loop and the observers that turn them into
+// telemetry (progress, JSON log, trace, checkpoints).
 #pragma once
 
 #include <chrono>
@@ -21,20 +23,89 @@
 
 namespace mirror::train {
 
-struct Datasets {
-  std::shared_ptr<const data::Dataset> train, test;
-  nn::ModelSpec model;
-  /// Hash of sizes, shapes and labels: a checkpoint remembers which data it was trained on.
-  std::string checksum;
+// ---- data --------------------------------------------------------------------------------
+
+/// A task mirror-train builds from its config, with the short name its messages use.
+struct ConfigTask {
+  Task task;
+  std::string name;
 };
-/// Loads (or synthesises) the data the model needs; DataError when files are missing.
-Datasets load_datasets(const TrainConfig& config);
+/// Loads (or synthesises) the built-in model's data and binds the model to it; DataError when
+/// files are missing.
+ConfigTask task_from_config(const TrainConfig& config);
+
+/// Note [Data limits]
+/// --train-limit N keeps N samples chosen by a permutation seeded from --seed (not the first N:
+/// files are often sorted by class, and the first N words of the word lists are all English).
+/// The kept indices are served in ascending order; the loader shuffles them per epoch anyway.
+/// `salt` makes the train and test draws independent. n <= 0 or n >= size: `dataset` itself.
+std::shared_ptr<const data::Dataset> random_subset(std::shared_ptr<const data::Dataset> dataset,
+                                                   std::int64_t n, std::uint64_t seed,
+                                                   std::uint64_t salt);
+
+/// Hash of sizes, shapes and targets: a checkpoint remembers which data it was trained on, and
+/// ranks check that they load the same data. `test` may be null.
+std::string data_checksum(const data::Dataset& train, const data::Dataset* test);
+
+// ---- metrics -----------------------------------------------------------------------------
+
+/// Sums of global step results over an epoch or an evaluation pass.
+struct MetricSums {
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  std::int64_t count = 0;
+
+  void add(const dist::StepResult& r);
+  double loss() const { return count ? loss_sum / static_cast<double>(count) : 0.0; }
+  double accuracy() const { return count ? static_cast<double>(correct) / count : 0.0; }
+};
+
+// ---- fit loop events ---------------------------------------------------------------------
 
 /// Where a run starts: fresh, or the position saved in a checkpoint.
 struct StartPoint {
   int epoch = 0;
   std::int64_t step_in_epoch = 0;
   std::int64_t global_step = 0;
+};
+
+/// One finished training step, as the observers see it.
+struct StepEvent {
+  int epoch = 0;
+  std::int64_t step = 0;  // 0-based within the epoch
+  std::int64_t first_step = 0;  // where this epoch's run started (resume mid-epoch)
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t global_step = 0;  // steps done, this one included
+  double lr = 0;
+  const dist::StepResult* result = nullptr;
+  double compute_start_us = 0;  // trace clock when train_step began
+  double step_seconds = 0;
+  double data_wait_seconds = 0;
+  double epoch_seconds = 0;  // since the epoch started
+  const MetricSums* epoch_metrics = nullptr;  // the epoch so far, this step included
+  StartPoint next;                   // where a run resuming after this step starts
+  bool last = false;                 // --max-steps reached: the loop stops after this step
+};
+
+/// One finished epoch (train metrics, and the evaluation when the task has a test split).
+struct EpochEvent {
+  int epoch = 0;
+  std::int64_t global_step = 0;
+  MetricSums train;
+  std::optional<MetricSums> test;
+  double seconds = 0;
+  std::int64_t samples = 0;
+  double data_wait_seconds = 0;
+};
+
+/// Telemetry hooked to the loop: every rank calls every observer; the rank-0-only ones do
+/// nothing elsewhere.
+class FitObserver {
+ public:
+  virtual ~FitObserver() = default;
+  virtual void on_step(const StepEvent&) {}
+  virtual void on_epoch(const EpochEvent&) {}
+  virtual void on_end(const FitSummary&) {}
 };
 
 /// Console output on rank 0: a progress bar on a terminal (unless --no-progress), plain lines
@@ -54,13 +125,20 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
+/// The observers of a run, in the order they are told: trace, progress, JSON log, checkpoints.
+std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
+
+// ---- the trainer -------------------------------------------------------------------------
+
 struct Trainer::Impl {
-  Impl(dist::Runtime& runtime, TrainConfig config);
+  Impl(dist::Runtime& runtime, TrainConfig config, std::optional<Task> task);
 
   dist::Runtime& runtime;
   TrainConfig config;
   dist::DeviceSelection selection;
-  Datasets datasets;
+  Task task;
+  std::string model_name;  // for messages: the built-in's name, or "custom"
+  std::string checksum;    // data_checksum of the task's data
   std::unique_ptr<dist::MirroredStrategy> strategy;
   std::vector<std::unique_ptr<data::Loader>> train_loaders, test_loaders;
   std::unique_ptr<optim::LrSchedule> schedule;
@@ -72,12 +150,24 @@ struct Trainer::Impl {
   Progress progress;
 
   bool is_root() const { return runtime.world_rank() == 0; }
+  void check_task() const;
+  void make_strategy();
   void make_loaders();
   StartPoint restore();
   void save_checkpoint(const StartPoint& next);
-  dist::StepResult evaluate();
   void write_trace();
   FitSummary fit();
+
+  // fit's named steps (trainer_fit.cpp)
+  struct EpochRun;
+  EpochRun begin_epoch(int epoch, std::int64_t first_step);
+  std::vector<data::Batch> next_batches(double& wait_seconds);
+  StepEvent train_step(EpochRun& run, std::vector<data::Batch>& batches, std::int64_t step,
+                       std::int64_t global_step);
+  void record_step(EpochRun& run, StepEvent& event);
+  EpochEvent end_epoch(EpochRun& run, std::int64_t global_step);
+  std::optional<MetricSums> evaluate();
+  FitSummary finish(const FitSummary& partial);
 };
 
 }  // namespace mirror::train

@@ -1,6 +1,7 @@
-// defines: TrainConfig (everything mirror-train's flags and --config JSON set) and Trainer, the
-// Keras-like fit/evaluate loop over a MirroredStrategy: data per replica, metrics reduced across
-// ranks, progress on rank 0, checkpoints and resume, JSON-lines log and Chrome trace.
+// defines: TrainConfig (everything mirror-train's flags and --config JSON set), Task (any model
+// and any data) and Trainer, the Keras-like fit/evaluate loop over a MirroredStrategy: data per
+// replica, metrics reduced across ranks, progress on rank 0, checkpoints and resume, JSON-lines
+// log and Chrome trace.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "mirror/data/dataset.h"
+#include "mirror/distributed/strategy.h"
 
 namespace mirror::dist {
 class Runtime;
@@ -22,7 +26,8 @@ struct TrainConfig {
   std::string data = "real";     // real | synthetic
   std::string data_dir;          // Fashion-MNIST IDX files (default: the Debian package's folder)
   std::string dict_dir;          // word lists (default /usr/share/dict)
-  std::int64_t train_limit = 0;  // use only the first N training samples (0 = all)
+  // Use N samples drawn by a permutation seeded from `seed` (0 = all); see Note [Data limits].
+  std::int64_t train_limit = 0;
   std::int64_t test_limit = 0;
   // schedule
   int epochs = 1;
@@ -68,6 +73,7 @@ struct TrainConfig {
 };
 
 struct FitSummary {
+  bool evaluated = false;  // false when the task has no test split (test_* stay 0)
   double test_loss = 0;
   double test_accuracy = 0;
   double train_loss = 0;  // last epoch's mean
@@ -82,10 +88,28 @@ struct FitSummary {
   std::uint64_t weights_fingerprint = 0;
 };
 
+/// What the generic fit loop trains: any model and any data. mirror-train's built-in models are
+/// Tasks made from the config.
+struct Task {
+  /// Builds the same architecture on every device it is called with (one call per replica);
+  /// the strategy broadcasts replica 0's initial weights. Parameter names (Sequential's) are the
+  /// tensor names in checkpoints.
+  dist::ModelFactory model;
+  /// Identifies the architecture: stored in checkpoints and compared on resume (a different
+  /// description is an error naming both).
+  std::string model_description;
+  std::shared_ptr<const data::Dataset> train;  // required
+  std::shared_ptr<const data::Dataset> test;   // optional: no evaluation when null
+};
+
 /// Runs a whole training job on every rank (collective: every rank constructs one and calls
-/// fit() with the same config).
+/// fit() with the same config and an equal task).
 class Trainer {
  public:
+  /// The generic path: trains `task` with the schedule, optimizer, devices, distribution and
+  /// outputs of `config` (its model and data fields are not used).
+  Trainer(dist::Runtime& runtime, TrainConfig config, Task task);
+  /// mirror-train: the task (built-in model and data) comes from the config.
   Trainer(dist::Runtime& runtime, TrainConfig config);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -94,6 +118,9 @@ class Trainer {
   /// Trains for the configured epochs (resuming first when asked), evaluating on the test split
   /// after each epoch; rank 0 prints progress and the final summary.
   FitSummary fit();
+
+  /// Local replica 0's model (after fit(): the trained weights, identical on every replica).
+  nn::Sequential& model();
 
   struct Impl;
 
