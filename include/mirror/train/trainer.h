@@ -21,11 +21,22 @@ class Runtime;
 namespace mirror::train {
 
 struct TrainConfig {
-  // model and data
-  std::string model = "cnn";     // cnn | gru-rows | gru-words
-  std::string data = "real";     // real | synthetic
-  std::string data_dir;          // Fashion-MNIST IDX files (default: the Debian package's folder)
-  std::string dict_dir;          // word lists (default /usr/share/dict)
+  // model
+  std::string model = "cnn";  // built-in spec: cnn | gru-rows | gru-words
+  std::string model_spec;     // a model spec JSON file (replaces --model)
+  std::string loss = "auto";  // auto (softmax CE for class labels, MSE for float targets) | ...
+  // built-in data (when no data files are given)
+  std::string data = "real";  // real | synthetic
+  std::string data_dir;       // Fashion-MNIST IDX files (default: the Debian package's folder)
+  std::string dict_dir;       // word lists (default /usr/share/dict)
+  // the user's data files (one kind per split: arrays, CSV or token text)
+  std::string train_x, train_y, test_x, test_y;  // .npy or IDX (.gz accepted)
+  std::string train_csv, test_csv;
+  std::string label_column;         // CSV label column: name or 0-based index (default: last)
+  std::string csv_header = "auto";  // auto | yes | no
+  std::string train_tokens, test_tokens;  // "label id id ..." per line
+  int num_classes = 0;                    // 0: from the labels (max + 1)
+  std::string input_shape;                // reshape array samples, e.g. "1,28,28"
   // Use N samples drawn by a permutation seeded from `seed` (0 = all); see Note [Data limits].
   std::int64_t train_limit = 0;
   std::int64_t test_limit = 0;
@@ -64,6 +75,11 @@ struct TrainConfig {
   std::string log_jsonl;
   std::string trace;
   bool progress = true;  // progress bar on rank 0 when stdout is a terminal
+
+  /// True when the data comes from the user's files rather than the built-in sets.
+  bool own_data() const;
+  /// --input-shape as dimensions (empty when not given); InvalidArgument for bad text.
+  std::vector<std::int64_t> parsed_input_shape() const;
 
   nlohmann::json to_json() const;
   /// Unknown keys and wrong types are InvalidArgument naming the key.
