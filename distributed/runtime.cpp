@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -415,7 +417,56 @@ void Runtime::abort_job(const std::string& message) {
 
 // ------------------------------------------------------------------ run_main
 
-int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body) {
+namespace {
+
+/// The rank before MPI knows it: the launcher's variable (Open MPI, PMIx, MPICH/Slurm PMI).
+std::string launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name); v && *v) return v;
+  }
+  return "?";
+}
+
+/// Note [Start-up watchdog] (runtime.h): a thread that ends the process unless disarmed in time.
+class StartupWatchdog {
+ public:
+  explicit StartupWatchdog(std::chrono::milliseconds timeout) {
+    if (timeout.count() <= 0) return;
+    thread_ = std::thread([this, timeout] {
+      std::unique_lock lock(mutex_);
+      if (cv_.wait_for(lock, timeout, [this] { return disarmed_; })) return;
+      const std::string rank = launcher_rank();
+      std::fprintf(stderr,
+                   "[mirror rank %s] fatal: rank %s did not finish start-up within %g s: it was "
+                   "still in MPI start-up (MPI_Init_thread and the first all-gather), which "
+                   "waits for every rank; another rank may be stopped, crashed or unreachable "
+                   "(--startup-timeout sets this limit)\n",
+                   rank.c_str(), rank.c_str(), static_cast<double>(timeout.count()) / 1000.0);
+      std::fflush(stderr);
+      std::_Exit(kExitStartupTimeout);
+    });
+  }
+  ~StartupWatchdog() { disarm(); }
+  void disarm() {
+    {
+      std::lock_guard lock(mutex_);
+      disarmed_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool disarmed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
+             const RunOptions& options) {
   auto fatal = [](const std::string& message) {
     const int rank = detail::world_rank_or_unknown();
     const std::string text =
@@ -424,10 +475,15 @@ int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body) 
     return 1;
   };
   std::unique_ptr<Runtime> runtime;
-  try {
-    runtime = std::make_unique<Runtime>(argc, argv);
-  } catch (const std::exception& e) {
-    return fatal(e.what());
+  {
+    // The Runtime's constructor ends with an all-gather: once it returns, every rank is up.
+    StartupWatchdog watchdog(options.startup_timeout);
+    try {
+      runtime = std::make_unique<Runtime>(argc, argv);
+    } catch (const std::exception& e) {
+      watchdog.disarm();
+      return fatal(e.what());
+    }
   }
   std::string failure;
   int code = 0;

@@ -37,6 +37,28 @@ const char* compression_name(Compression c) {
   return "?";
 }
 
+LossKind parse_loss(const std::string& text) {
+  if (text == "softmax-cross-entropy" || text == "cross-entropy")
+    return LossKind::kSoftmaxCrossEntropy;
+  if (text == "binary-cross-entropy" || text == "bce") return LossKind::kBinaryCrossEntropy;
+  if (text == "mse" || text == "mean-squared-error") return LossKind::kMeanSquaredError;
+  throw InvalidArgument("unknown loss '" + text +
+                        "': expected softmax-cross-entropy (or cross-entropy), "
+                        "binary-cross-entropy (or bce), or mse (or mean-squared-error)");
+}
+
+const char* loss_name(LossKind kind) {
+  switch (kind) {
+    case LossKind::kSoftmaxCrossEntropy:
+      return "softmax-cross-entropy";
+    case LossKind::kBinaryCrossEntropy:
+      return "binary-cross-entropy";
+    case LossKind::kMeanSquaredError:
+      return "mse";
+  }
+  return "?";
+}
+
 std::uint64_t step_seed(std::uint64_t base, std::int64_t step) {
   // splitmix64 of the pair: distinct, well-mixed seeds for consecutive steps.
   std::uint64_t z = base + 0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(step) + 1);
@@ -86,6 +108,7 @@ std::string describe_model(nn::Sequential& model, const BucketPlan& plan,
   out << "world replicas " << world_replicas << "\n";
   out << "compression " << compression_name(options.compression) << "\n";
   out << "accumulation steps " << options.accumulation_steps << "\n";
+  out << "loss " << loss_name(options.loss) << "\n";
   out << "input " << shape_text(model.input_shape()) << " " << dtype_name(model.dtype()) << "\n";
   const auto params = model.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {

@@ -37,7 +37,8 @@ struct MirroredStrategy::Replica {
   std::vector<int> pending;  // per bucket: gradients not yet final
   int next_launch = 0;       // buckets [0, next_launch) have been launched
   std::vector<std::shared_ptr<Work>> works;
-  Tensor metrics;  // loss, correct, count; reduced with the gradients (Note [Metrics first])
+  Tensor metrics;  // loss, correct, count, target values, squared and absolute error sums;
+                   // reduced with the gradients (Note [Metrics first])
   std::shared_ptr<Work> metrics_work;
   bool metrics_launched = false;
   std::chrono::steady_clock::time_point step_start;
@@ -46,6 +47,8 @@ struct MirroredStrategy::Replica {
   StepTiming timing;
   double loss = 0;
   std::int64_t correct = 0, count = 0;
+  std::int64_t target_values = 0;           // float-target losses only
+  double squared_error = 0, abs_error = 0;  // likewise
   bool skipped = false;
   int micro_batches = 1;
   int overlapped = 0;  // buckets launched before backward returned

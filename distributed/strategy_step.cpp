@@ -85,15 +85,56 @@ void check_batches(const std::vector<data::Batch>& batches, int local_replicas, 
   }
 }
 
+std::string loss_mismatch(LossKind loss, const char* what, const Shape& output,
+                          const Tensor& labels, const std::string& expected) {
+  return std::string(what) + ": loss " + loss_name(loss) + " " + expected +
+         ", but the model's output is " + shape_str(output) + " per sample and the targets are " +
+         dtype_name(labels.dtype()) + " " + shape_str(labels.shape());
+}
+
+/// Class labels need softmax cross-entropy and float targets BCE or MSE, with as many elements
+/// per sample as the model outputs. Checked on the host before any replica starts, so every
+/// replica (and every rank, which sees the same kind of data) fails the same step together.
+void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, const Shape& output,
+                       const char* what) {
+  for (const auto& b : batches) {
+    const Tensor& y = b.labels;
+    const bool classes = y.dtype() == DType::kInt32;
+    if (loss == LossKind::kSoftmaxCrossEntropy) {
+      MIRROR_CHECK(
+          classes && y.rank() == 1 && output.size() == 1, InvalidArgument,
+          loss_mismatch(loss, what, output, y,
+                        "needs int32 class labels [n] and an output [classes]") +
+              (classes ? std::string() : "; for float targets choose binary-cross-entropy or mse"));
+      continue;
+    }
+    const std::int64_t width = shape_numel(output);
+    const std::int64_t per_sample = y.rank() >= 1 && y.dim(0) > 0 ? y.numel() / y.dim(0) : -1;
+    const Shape sample(y.shape().begin() + (y.rank() >= 1 ? 1 : 0), y.shape().end());
+    MIRROR_CHECK(!classes && (y.dtype() == DType::kFloat32 || y.dtype() == DType::kFloat64),
+                 InvalidArgument,
+                 loss_mismatch(loss, what, output, y, "needs float targets") +
+                     "; for class labels choose softmax-cross-entropy");
+    MIRROR_CHECK(output.size() == 1 && y.rank() >= 1 &&
+                     (y.dim(0) == 0 ? shape_numel(sample) == width : per_sample == width),
+                 InvalidArgument,
+                 loss_mismatch(loss, what, output, y,
+                               "needs one output per target element (" +
+                                   std::to_string(shape_numel(sample)) + " per sample here)") +
+                     "; make the model's last layer that wide");
+  }
+}
+
 }  // namespace
 
 // ================================================================ buckets
 
-// Note [Metrics first]: the step's loss/correct/count all-reduce is issued just before bucket 0,
-// by the same code path whether bucket 0 launches during backward or after it, so every replica
-// issues metrics, bucket 0, bucket 1, ... in that order. It then travels with the gradients
-// instead of costing a round trip of its own after them. Every forward of the step has run by
-// then: the gradient-ready hook is only armed for the last micro-batch's backward.
+// Note [Metrics first]: the step's metrics all-reduce (loss, correct, count and the float-target
+// sums) is issued just before bucket 0, by the same code path whether bucket 0 launches during
+// backward or after it, so every replica issues metrics, bucket 0, bucket 1, ... in that order. It
+// then travels with the gradients instead of costing a round trip of its own after them. Every
+// forward of the step has run by then: the gradient-ready hook is only armed for the last
+// micro-batch's backward.
 void MirroredStrategy::launch_train_metrics(Replica& r) {
   if (r.metrics_launched) return;
   r.metrics_work = launch_metrics(r, r.metrics, r.count, "train");
@@ -166,8 +207,38 @@ void MirroredStrategy::reset_step_state(Replica& r) {
   r.works.assign(plan_.buckets.size(), nullptr);
   r.launched_ms.assign(plan_.buckets.size(), -1.0);
   r.done_ms.assign(plan_.buckets.size(), -1.0);
+  reset_metrics(r);
+}
+
+void MirroredStrategy::reset_metrics(Replica& r) {
   r.loss = 0;
   r.correct = 0;
+  r.target_values = 0;
+  r.squared_error = 0;
+  r.abs_error = 0;
+}
+
+Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::Batch& micro) {
+  const auto count = static_cast<double>(micro.global_count);
+  if (options_.loss == LossKind::kSoftmaxCrossEntropy) {
+    ops::LossResult loss = ops::softmax_cross_entropy(logits, micro.labels, micro.weights, count);
+    r.loss += loss.loss;
+    r.correct += ops::correct_count(logits, micro.labels, micro.weights);
+    return loss.dlogits;
+  }
+  // check_loss_inputs made the targets' elements per sample equal the output width.
+  Tensor targets = micro.labels.reshape(logits.shape());
+  if (targets.dtype() != logits.dtype()) targets = ops::cast(targets, logits.dtype());
+  const auto kind = options_.loss == LossKind::kBinaryCrossEntropy
+                        ? ops::TargetLoss::kBinaryCrossEntropy
+                        : ops::TargetLoss::kMeanSquaredError;
+  ops::TargetLossResult loss = ops::target_loss(kind, logits, targets, micro.weights, count);
+  r.loss += loss.loss;
+  r.correct += loss.correct;
+  r.target_values += loss.target_values;
+  r.squared_error += loss.squared_error_sum;
+  r.abs_error += loss.abs_error_sum;
+  return loss.dlogits;
 }
 
 // ================================================================ micro-batches
@@ -195,15 +266,12 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
     ctx.sample_ids = micro.sample_ids;
     ctx.lengths = micro.lengths;
     const Tensor logits = r.model.forward(micro.inputs, ctx);
-    ops::LossResult loss = ops::softmax_cross_entropy(logits, micro.labels, micro.weights,
-                                                      static_cast<double>(micro.global_count));
-    r.loss += loss.loss;
-    r.correct += ops::correct_count(logits, micro.labels, micro.weights);
+    const Tensor dlogits = add_loss(r, logits, micro);
     r.timing.forward_ms += detail::ms_since(t0);
     if (!training) continue;
     t0 = Clock::now();
     const bool last = i == parts - 1;
-    r.model.backward(loss.dlogits, overlap && last ? hook : nn::Sequential::GradReadyHook{});
+    r.model.backward(dlogits, overlap && last ? hook : nn::Sequential::GradReadyHook{});
     r.timing.backward_ms += detail::ms_since(t0);
   }
 }
@@ -257,6 +325,9 @@ StepResult MirroredStrategy::reduce_metrics(std::vector<Tensor>& metrics) {
   result.loss = m[0];
   result.correct = static_cast<std::int64_t>(m[1]);
   result.count = static_cast<std::int64_t>(m[2]);
+  result.target_values = static_cast<std::int64_t>(m[3]);
+  result.squared_error_sum = m[4];
+  result.abs_error_sum = m[5];
   result.loss_sum = result.loss * static_cast<double>(result.count);
   result.buckets = world_replicas_ > 1 ? static_cast<int>(plan_.buckets.size()) : 0;
   result.overlapped_buckets = result.buckets;
@@ -277,8 +348,11 @@ StepResult MirroredStrategy::reduce_metrics(std::vector<Tensor>& metrics) {
 
 std::shared_ptr<Work> MirroredStrategy::launch_metrics(Replica& r, Tensor& metrics,
                                                        std::int64_t count, const char* what) {
+  // Counts travel as doubles: exact up to 2^53, far beyond any step.
   metrics = Tensor::from_vector<double>(
-                {r.loss, static_cast<double>(r.correct), static_cast<double>(count)}, {3})
+                {r.loss, static_cast<double>(r.correct), static_cast<double>(count),
+                 static_cast<double>(r.target_values), r.squared_error, r.abs_error},
+                {6})
                 .to(r.device);
   if (world_replicas_ == 1) return nullptr;
   return r.comm->all_reduce(metrics, metrics, ReduceOp::kSum,
@@ -287,6 +361,7 @@ std::shared_ptr<Work> MirroredStrategy::launch_metrics(Replica& r, Tensor& metri
 
 StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, double lr) {
   check_batches(batches, local_replicas(), "train_step");
+  check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "train_step");
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();
@@ -341,6 +416,7 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
 
 StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
   check_batches(batches, local_replicas(), "evaluate_step");
+  check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "evaluate_step");
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();
@@ -352,8 +428,7 @@ StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
     const std::int64_t count = detail::real_count(batch);
     // No collective before the metrics: an OutOfMemory can always be retried with a split.
     for (;;) {
-      r.loss = 0;
-      r.correct = 0;
+      reset_metrics(r);
       try {
         run_micro_batches(r, batch, false, false);
         break;

@@ -109,6 +109,33 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, con
 /// Number of samples (weight > 0) whose argmax equals the label.
 std::int64_t correct_count(const Tensor& logits, const Tensor& labels, const Tensor& weights);
 
+/// The float-target losses, with the metric sums a step reports (Note [Float-target losses]).
+enum class TargetLoss { kBinaryCrossEntropy, kMeanSquaredError };
+struct TargetLossResult : LossResult {
+  double squared_error_sum = 0;    // sum of (p - t)^2 over the elements of samples with w > 0,
+                                   // p = logit (MSE) or sigmoid(logit) (BCE); unweighted
+  double abs_error_sum = 0;        // sum of |p - t| over the same elements
+  std::int64_t correct = 0;        // BCE: elements with (logit > 0) == (target > 0.5); MSE: 0
+  std::int64_t target_values = 0;  // elements of the samples with w > 0
+};
+/// Note [Float-target losses]
+/// logits [N, K] against float targets of the logits' dtype, [N, K] (or [N] when K == 1), with
+/// per-sample weights [N] (0 for padded samples) and the GLOBAL real-sample count: a sample's
+/// loss is the mean over its K elements of the element loss (Keras semantics), and
+///   loss = sum_n w[n] * mean_k e(logit[n,k], target[n,k]) / global_count,
+/// so summing the results of all replicas gives the exact global mean, as for
+/// softmax_cross_entropy. A shape mismatch throws InvalidArgument naming both shapes.
+///  - binary_cross_entropy: e = max(x, 0) - x t + log1p(exp(-|x|)) (stable for any finite x),
+///    de/dx = sigmoid(x) - t; targets are probabilities in [0, 1].
+///  - mean_squared_error: e = (x - t)^2, de/dx = 2 (x - t).
+TargetLossResult binary_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                      const Tensor& weights, double global_count);
+TargetLossResult mean_squared_error(const Tensor& logits, const Tensor& targets,
+                                    const Tensor& weights, double global_count);
+/// Either of the two above, chosen by `kind`.
+TargetLossResult target_loss(TargetLoss kind, const Tensor& logits, const Tensor& targets,
+                             const Tensor& weights, double global_count);
+
 // ---------------------------------------------------------------- GRU
 /// Weights in PyTorch/cuDNN layout and gate order (r, z, n):
 ///   w_ih [3H, F], w_hh [3H, H], b_ih [3H], b_hh [3H].

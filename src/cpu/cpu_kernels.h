@@ -55,6 +55,9 @@ class CpuKernels final : public KernelSet {
                                         const Tensor& weights, double global_count) override;
   std::int64_t correct_count(const Tensor& logits, const Tensor& labels,
                              const Tensor& weights) override;
+  ops::TargetLossResult target_loss(ops::TargetLoss kind, const Tensor& logits,
+                                    const Tensor& targets, const Tensor& weights,
+                                    double global_count) override;
 
   ops::GruForwardResult gru_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                     const ops::GruWeights& w, bool training) override;

@@ -1,4 +1,5 @@
-// Embedding lookup and its gradient, softmax cross-entropy and the correct-prediction count.
+// Embedding lookup and its gradient, softmax cross-entropy and the correct-prediction count,
+// and the float-target losses (BCE with logits, MSE) with their metric sums.
 // Indices and labels are validated in a serial pass before any parallel work, so a bad value
 // throws a clear InvalidArgument instead of reading out of bounds.
 #include <string>
@@ -115,6 +116,37 @@ std::int64_t CpuKernels::correct_count(const Tensor& logits, const Tensor& label
       if (wp[i] > T(0) && math::row_argmax(xp + i * c, c) == lp[i]) ++correct;
     }
     return correct;
+  });
+}
+
+ops::TargetLossResult CpuKernels::target_loss(ops::TargetLoss kind, const Tensor& logits,
+                                              const Tensor& targets, const Tensor& weights,
+                                              double global_count) {
+  const std::int64_t n = logits.dim(0), k = logits.dim(1);
+  const auto math_kind = kind == ops::TargetLoss::kBinaryCrossEntropy
+                             ? math::TargetLoss::kBinaryCrossEntropy
+                             : math::TargetLoss::kMeanSquaredError;
+  return with_float(logits, "target_loss", [&](auto t) -> ops::TargetLossResult {
+    using T = decltype(t);
+    ops::TargetLossResult r;
+    r.dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+    const T* xp = logits.data<T>();
+    const T* tp = targets.data<T>();
+    const T* wp = weights.data<T>();
+    T* dp = r.dlogits.data<T>();
+    const double inv_count = 1.0 / global_count;
+    double total = 0;  // rows in order: the loss is bitwise reproducible
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto row = math::row_target_loss<double>(
+          math_kind, xp + i * k, tp + i * k, k, static_cast<double>(wp[i]), inv_count, dp + i * k);
+      total += row.loss;
+      r.squared_error_sum += row.squared_error;
+      r.abs_error_sum += row.abs_error;
+      r.correct += row.correct;
+      if (wp[i] > T(0)) r.target_values += k;
+    }
+    r.loss = total / global_count;
+    return r;
   });
 }
 

@@ -318,6 +318,34 @@ std::int64_t CudaKernels::correct_count(const Tensor& logits, const Tensor& labe
   return host;
 }
 
+ops::TargetLossResult CudaKernels::target_loss(ops::TargetLoss kind, const Tensor& logits,
+                                               const Tensor& targets, const Tensor& weights,
+                                               double global_count) {
+  OpScope op(logits);
+  const bool bce = kind == ops::TargetLoss::kBinaryCrossEntropy;
+  const char* name = bce ? "binary_cross_entropy" : "mean_squared_error";
+  const std::int64_t n = logits.dim(0), k = logits.dim(1);
+  ops::TargetLossResult r;
+  r.dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  constexpr std::int64_t kColumns = 5;  // see cuda::target_loss
+  Tensor rows = Tensor::empty({n, kColumns}, DType::kFloat64, logits.device());
+  cuda::target_loss(bce, f32(logits, name), f32(targets, name), f32(weights, name), n, k,
+                    1.0 / global_count, f32(r.dlogits, name), rows.data<double>(), op.stream());
+  std::vector<double> host(static_cast<std::size_t>(n * kColumns));
+  op.ctx().download(host.data(), rows.raw_data(), host.size() * sizeof(double));
+  double total = 0;  // rows in order, as on the CPU
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double* row = host.data() + i * kColumns;
+    total += row[0];
+    r.squared_error_sum += row[1];
+    r.abs_error_sum += row[2];
+    r.correct += static_cast<std::int64_t>(row[3]);
+    if (row[4] > 0) r.target_values += k;
+  }
+  r.loss = total / global_count;
+  return r;
+}
+
 // ---------------------------------------------------------------- optimizer updates
 void CudaKernels::sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                              double momentum, bool nesterov, double weight_decay) {

@@ -85,6 +85,11 @@ void softmax_xent(const float* x, const std::int32_t* labels, const float* w, st
 /// above).
 void correct_count(const float* x, const std::int32_t* labels, const float* w, std::int64_t n,
                    std::int64_t c, unsigned long long* count, int* error, cudaStream_t s);
+/// One thread per row of the float-target losses (math::row_target_loss; BCE when `bce`, else
+/// MSE): dx written, and rows[i * 5 + 0..4] = the row's weighted loss, squared-error sum,
+/// absolute-error sum, correct elements, and 1 when w > 0 (else 0).
+void target_loss(bool bce, const float* x, const float* t, const float* w, std::int64_t n,
+                 std::int64_t k, double inv_count, float* dx, double* rows, cudaStream_t s);
 /// y[i, :] = table[ids[i], :]; an id outside [0, vocab) writes zeros and sets *error to 1 + i.
 void embedding_forward(const std::int32_t* ids, const float* table, float* y, std::int64_t count,
                        std::int64_t vocab, std::int64_t dim, int* error, cudaStream_t s);

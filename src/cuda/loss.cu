@@ -1,6 +1,6 @@
-// Loss, accuracy and embedding kernels. Rows are short (the classes), so one thread per row,
-// as on the CPU, over src/math/loss.h. Invalid labels and ids are reported through the
-// context's error word (the caller throws InvalidArgument after reading it) instead of being
+// Loss, accuracy and embedding kernels. Rows are short (the classes or target elements), so one
+// thread per row, as on the CPU, over src/math/loss.h. Invalid labels and ids are reported through
+// the context's error word (the caller throws InvalidArgument after reading it) instead of being
 // read out of bounds.
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
@@ -39,6 +39,22 @@ __global__ void correct_count_kernel(const float* x, const std::int32_t* labels,
       continue;
     }
     if (w[i] > 0.0f && math::row_argmax(x + i * c, c) == label) atomicAdd(count, 1ull);
+  }
+}
+
+__global__ void target_loss_kernel(math::TargetLoss kind, const float* x, const float* t,
+                                   const float* w, std::int64_t n, std::int64_t k, double inv_count,
+                                   float* dx, double* rows) {
+  MIRROR_GRID_LOOP(i, n) {
+    const double wi = static_cast<double>(w[i]);
+    const auto r =
+        math::row_target_loss<double>(kind, x + i * k, t + i * k, k, wi, inv_count, dx + i * k);
+    double* out = rows + i * 5;
+    out[0] = r.loss;
+    out[1] = r.squared_error;
+    out[2] = r.abs_error;
+    out[3] = static_cast<double>(r.correct);
+    out[4] = wi > 0.0 ? 1.0 : 0.0;
   }
 }
 
@@ -82,6 +98,13 @@ void softmax_xent(const float* x, const std::int32_t* labels, const float* w, st
 void correct_count(const float* x, const std::int32_t* labels, const float* w, std::int64_t n,
                    std::int64_t c, unsigned long long* count, int* error, cudaStream_t s) {
   MIRROR_LAUNCH(correct_count_kernel, n, s, x, labels, w, n, c, count, error);
+}
+
+void target_loss(bool bce, const float* x, const float* t, const float* w, std::int64_t n,
+                 std::int64_t k, double inv_count, float* dx, double* rows, cudaStream_t s) {
+  const auto kind =
+      bce ? math::TargetLoss::kBinaryCrossEntropy : math::TargetLoss::kMeanSquaredError;
+  MIRROR_LAUNCH(target_loss_kernel, n, s, kind, x, t, w, n, k, inv_count, dx, rows);
 }
 
 void embedding_forward(const std::int32_t* ids, const float* table, float* y, std::int64_t count,

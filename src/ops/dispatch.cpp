@@ -242,6 +242,40 @@ std::int64_t correct_count(const Tensor& logits, const Tensor& labels, const Ten
   return k.correct_count(logits, labels, weights);
 }
 
+TargetLossResult target_loss(TargetLoss kind, const Tensor& logits, const Tensor& targets,
+                             const Tensor& weights, double global_count) {
+  const char* op =
+      kind == TargetLoss::kBinaryCrossEntropy ? "binary_cross_entropy" : "mean_squared_error";
+  KernelSet& k = backend(op, {&logits, &targets, &weights});
+  require_float(logits, op);
+  MIRROR_REQUIRE(logits.rank() == 2, op, "expected logits [N,K], got " + logits.str());
+  const std::int64_t n = logits.dim(0), width = logits.dim(1);
+  const bool same = targets.rank() == 2 && targets.dim(0) == n && targets.dim(1) == width;
+  const bool column = targets.rank() == 1 && targets.dim(0) == n && width == 1;
+  MIRROR_REQUIRE(same || column, op,
+                 "targets " + shape_str(targets.shape()) + " do not match logits " +
+                     shape_str(logits.shape()) +
+                     ": expected targets [N, K] for logits [N, K] (or " +
+                     "[N] when K == 1); make the model's last layer as wide as the target");
+  MIRROR_REQUIRE(
+      targets.dtype() == logits.dtype(), op,
+      "targets " + targets.str() + " must have the logits' dtype (" + logits.str() + ")");
+  MIRROR_REQUIRE(weights.rank() == 1 && weights.dim(0) == n && weights.dtype() == logits.dtype(),
+                 op, "weights must be [N] of the logits' dtype, got " + weights.str());
+  MIRROR_REQUIRE(global_count > 0, op, "global_count must be positive");
+  return k.target_loss(kind, logits, targets, weights, global_count);
+}
+
+TargetLossResult binary_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                      const Tensor& weights, double global_count) {
+  return target_loss(TargetLoss::kBinaryCrossEntropy, logits, targets, weights, global_count);
+}
+
+TargetLossResult mean_squared_error(const Tensor& logits, const Tensor& targets,
+                                    const Tensor& weights, double global_count) {
+  return target_loss(TargetLoss::kMeanSquaredError, logits, targets, weights, global_count);
+}
+
 namespace {
 void check_gru(const Tensor& x, const std::vector<std::int32_t>& lengths, const GruWeights& w) {
   MIRROR_REQUIRE(x.rank() == 3, "gru", "expected x [N,T,F], got " + x.str());

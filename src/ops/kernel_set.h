@@ -55,6 +55,10 @@ class KernelSet {
                                                 const Tensor& weights, double global_count) = 0;
   virtual std::int64_t correct_count(const Tensor& logits, const Tensor& labels,
                                      const Tensor& weights) = 0;
+  /// targets have the logits' dtype and N*K elements ([N, K], or [N] when K == 1).
+  virtual ops::TargetLossResult target_loss(ops::TargetLoss kind, const Tensor& logits,
+                                            const Tensor& targets, const Tensor& weights,
+                                            double global_count) = 0;
 
   virtual ops::GruForwardResult gru_forward(const Tensor& x,
                                             const std::vector<std::int32_t>& lengths,

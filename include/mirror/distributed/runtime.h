@@ -129,11 +129,24 @@ class Runtime {
   std::chrono::milliseconds default_timeout_{std::chrono::seconds(600)};
 };
 
+/// Exit code of a rank whose start-up watchdog fired (see RunOptions::startup_timeout).
+inline constexpr int kExitStartupTimeout = 4;
+
+struct RunOptions {
+  /// Note [Start-up watchdog]: MPI_Init_thread and the first collectives of the Runtime block
+  /// until every rank has joined, so one stopped or lost rank hangs all the others before any
+  /// collective timeout exists. A watchdog thread, armed before MPI starts, ends this rank with
+  /// kExitStartupTimeout and a line naming the stage it was stuck in when start-up takes longer;
+  /// mpirun then takes the rest of the job down. 0 disables it.
+  std::chrono::milliseconds startup_timeout{std::chrono::seconds(120)};
+};
+
 /// Runs `body` with a fresh Runtime and returns its exit code. An exception escaping `body`
 /// becomes abort_job(e.what()) while MPI is still up, so the whole job ends with the message
 /// instead of hanging in MPI_Finalize; in a world of size 1 it prints the same line and returns
-/// 1 after finalizing normally.
-int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body);
+/// 1 after finalizing normally. The Runtime's start-up runs under the watchdog of `options`.
+int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
+             const RunOptions& options = {});
 
 template <class T>
 std::vector<T> Runtime::all_gather_value(const T& mine) {

@@ -29,6 +29,16 @@ enum class Compression { kNone, kFloat16, kBFloat16 };
 Compression parse_compression(const std::string& text);
 const char* compression_name(Compression c);
 
+/// The loss a step minimises (Note [Float-target losses] in mirror/ops.h). Softmax
+/// cross-entropy takes class labels (int32 [n]); BCE and MSE take float targets [n, K] (or [n]
+/// when K == 1) as wide as the model's output.
+enum class LossKind { kSoftmaxCrossEntropy, kBinaryCrossEntropy, kMeanSquaredError };
+/// "softmax-cross-entropy" (alias "cross-entropy"), "binary-cross-entropy" (alias "bce"),
+/// "mse" (alias "mean-squared-error"); InvalidArgument listing the choices otherwise.
+LossKind parse_loss(const std::string& text);
+/// The canonical name parse_loss reads: "softmax-cross-entropy", "binary-cross-entropy", "mse".
+const char* loss_name(LossKind kind);
+
 /// What a step with a non-finite (inf/NaN) reduced gradient does. The check runs on the reduced
 /// bytes, which are identical on every replica, so every replica takes the same decision.
 enum class NonFinitePolicy { kSkip, kStop };
@@ -53,6 +63,9 @@ struct StrategyOptions {
   bool overlap = true;
   /// Base of the per-step random seed (dropout); see step_seed().
   std::uint64_t seed = 0;
+  /// The loss; it must suit the batches' labels (class ids or float targets) and the model's
+  /// output width, else the first step throws InvalidArgument naming both.
+  LossKind loss = LossKind::kSoftmaxCrossEntropy;
 };
 
 struct StepTiming {
@@ -72,18 +85,27 @@ struct StepTiming {
 };
 
 /// Global (all replicas) results of one step. For train_step, the loss is computed before the
-/// update. `loss` is the mean over the real samples of the global batch.
+/// update. `loss` is the mean over the real samples of the global batch (per sample: the
+/// cross-entropy, or the mean over its target elements for BCE/MSE), weighted by the batches'
+/// weights. Accuracy is correct / count for softmax cross-entropy and correct / target_values
+/// for BCE; MSE has none. mse = squared_error_sum / target_values, mae = abs_error_sum /
+/// target_values.
 struct StepResult {
   double loss = 0;
-  double loss_sum = 0;         // loss * count
-  std::int64_t correct = 0;    // real samples whose argmax equals the label
-  std::int64_t count = 0;      // real (weight > 0) samples
-  bool skipped = false;        // non-finite gradients: no update was applied anywhere
-  int micro_batches = 1;       // largest micro-batch count used by a local replica
-  int buckets = 0;             // all-reduces of the step (0 with a single replica)
-  int overlapped_buckets = 0;  // of those, launched while backward was still running (fewest
-                               // over the local replicas)
-  StepTiming timing;           // slowest local replica, per phase
+  double loss_sum = 0;             // loss * count
+  std::int64_t correct = 0;        // softmax CE: real samples whose argmax equals the label; BCE:
+                                   // target elements with (logit > 0) == (target > 0.5); MSE: 0
+  std::int64_t count = 0;          // real (weight > 0) samples
+  std::int64_t target_values = 0;  // float-target elements of the real samples (BCE/MSE)
+  double squared_error_sum = 0;    // MSE: sum of (y - t)^2 over real elements (BCE: of
+                                   // sigmoid(y) - t)
+  double abs_error_sum = 0;        // MAE numerator, same elements
+  bool skipped = false;            // non-finite gradients: no update was applied anywhere
+  int micro_batches = 1;           // largest micro-batch count used by a local replica
+  int buckets = 0;                 // all-reduces of the step (0 with a single replica)
+  int overlapped_buckets = 0;      // of those, launched while backward was still running (fewest
+                                   // over the local replicas)
+  StepTiming timing;               // slowest local replica, per phase
 };
 
 /// The model each replica builds (and initialises) on its device. It may be called with
@@ -161,6 +183,9 @@ class MirroredStrategy {
   int rank_of_replica(int replica) const;
   // step pieces (strategy_step.cpp)
   void reset_step_state(Replica& r);
+  void reset_metrics(Replica& r);
+  /// Adds the micro-batch's loss and metrics (options_.loss) to r's; returns d loss / d logits.
+  Tensor add_loss(Replica& r, const Tensor& logits, const data::Batch& micro);
   void run_micro_batches(Replica& r, const data::Batch& batch, bool training, bool overlap);
   void compute_gradients(Replica& r, const data::Batch& batch);
   void on_grads_ready(Replica& r, const std::vector<nn::Parameter*>& ready);
