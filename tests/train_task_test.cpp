@@ -128,6 +128,47 @@ TEST(TrainerTask, BadTasksAreClearErrors) {
   }
 }
 
+TEST(TrainerTask, FloatTargetsTrainWithMseByDefault) {
+  train::TrainConfig c = quiet_cpu_config();
+  c.epochs = 1;
+  const train::FitSummary before = train::Trainer(runtime(), c, line_task()).fit();
+  c.epochs = 6;
+  const train::FitSummary after = train::Trainer(runtime(), c, line_task()).fit();
+  EXPECT_EQ(after.loss, "mse");
+  EXPECT_TRUE(after.evaluated);
+  EXPECT_GT(before.test_mse, 0);
+  EXPECT_LT(after.test_mse, before.test_mse) << "more epochs fit the line better";
+  EXPECT_NEAR(after.test_loss, after.test_mse, 1e-6) << "MSE loss is the mean squared error";
+  EXPECT_GT(after.test_mae, 0);
+}
+
+TEST(TrainerTask, LossAndModelWidthMustSuitTheData) {
+  train::TrainConfig c = quiet_cpu_config();
+  c.loss = "softmax-cross-entropy";
+  try {
+    train::Trainer(runtime(), c, line_task());
+    FAIL() << "cross-entropy on float targets was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("float targets [1]"), std::string::npos) << e.what();
+  }
+  try {
+    train::Trainer(runtime(), quiet_cpu_config(), line_task(/*outputs=*/3));
+    FAIL() << "a 3-wide model for 1 target was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("outputs [3]"), std::string::npos) << what;
+    EXPECT_NE(what.find("float targets [1]"), std::string::npos) << what;
+  }
+  train::Task wide = blob_task();
+  wide.model = [](Device d) { return blob_model(d, 5, 4); };
+  try {
+    train::Trainer(runtime(), quiet_cpu_config(), wide);
+    FAIL() << "a 4-class model for 3 classes was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("3 classes"), std::string::npos) << e.what();
+  }
+}
+
 // --- Note [Data limits] ---------------------------------------------------------------------
 
 std::map<int, int> class_counts(const data::Dataset& ds) {

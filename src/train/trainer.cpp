@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "mirror/error.h"
@@ -42,10 +43,57 @@ std::string shape_text(const Shape& s) {
 
 }  // namespace
 
+MetricSums MetricSums::of(dist::LossKind kind, const dist::StepResult& r) {
+  MetricSums m;
+  m.kind = kind;
+  m.add(r);
+  return m;
+}
+
 void MetricSums::add(const dist::StepResult& r) {
   loss_sum += r.loss_sum;
   correct += r.correct;
   count += r.count;
+  target_values += r.target_values;
+  squared_error_sum += r.squared_error_sum;
+  abs_error_sum += r.abs_error_sum;
+}
+
+double MetricSums::accuracy() const {
+  const std::int64_t n = kind == dist::LossKind::kBinaryCrossEntropy ? target_values : count;
+  return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+}
+
+std::vector<std::pair<const char*, double>> MetricSums::named() const {
+  if (kind == dist::LossKind::kMeanSquaredError) return {{"mse", mse()}, {"mae", mae()}};
+  return {{"accuracy", accuracy()}};
+}
+
+std::string MetricSums::text(const char* prefix) const {
+  std::string out;
+  for (auto [name, value] : named()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s %.4f", prefix, name, value);
+    out += (out.empty() ? "" : " ") + std::string(buf);
+  }
+  return out;
+}
+
+dist::LossKind resolve_loss(const std::string& name, const data::Dataset& train) {
+  const bool classes = train.target_kind() == data::TargetKind::kClass;
+  if (name == "auto")
+    return classes ? dist::LossKind::kSoftmaxCrossEntropy : dist::LossKind::kMeanSquaredError;
+  const dist::LossKind kind = dist::parse_loss(name);
+  const bool wants_classes = kind == dist::LossKind::kSoftmaxCrossEntropy;
+  MIRROR_CHECK(wants_classes == classes, InvalidArgument,
+               std::string("--loss ") + dist::loss_name(kind) + " needs " +
+                   (wants_classes ? "class labels" : "float targets") + ", but the data has " +
+                   (classes ? "class labels (" + std::to_string(train.num_classes()) + " classes)"
+                            : "float targets " + shape_text(train.target_shape())) +
+                   "; choose " +
+                   (classes ? "softmax-cross-entropy (or auto)"
+                            : "binary-cross-entropy or mse (auto: mse)"));
+  return kind;
 }
 
 Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> given)
@@ -77,11 +125,13 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     model_name = std::move(built.name);
   }
   check_task();
+  loss = resolve_loss(config.loss, *task.train);
   checksum = data_checksum(*task.train, task.test.get());
   runtime.check_same_across_ranks("training data", checksum);
   runtime.check_same_across_ranks("model description", task.model_description);
 
   make_strategy();
+  check_model_output();
   make_loaders();
   const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
   schedule = optim::make_schedule(config.schedule, config.lr, config.warmup_steps,
@@ -93,7 +143,8 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     progress.message("[mirror] model " + model_name + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
-                     std::to_string(global_batch) + "; " + task.train->describe());
+                     std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
+                     task.train->describe());
   }
 }
 
@@ -139,9 +190,23 @@ void Trainer::Impl::make_strategy() {
   opt.weight_decay = config.weight_decay;
   const std::string opt_name = config.optimizer;
   optim::make_optimizer(opt_name, opt);  // validates the name before any replica is built
+  dist::StrategyOptions options = strategy_options(config);
+  options.loss = loss;
   strategy = std::make_unique<dist::MirroredStrategy>(
       runtime, selection.devices, task.model,
-      [opt_name, opt] { return optim::make_optimizer(opt_name, opt); }, strategy_options(config));
+      [opt_name, opt] { return optim::make_optimizer(opt_name, opt); }, options);
+}
+
+void Trainer::Impl::check_model_output() {
+  const Shape& out = strategy->model().output_shape();
+  const data::Dataset& d = *task.train;
+  const bool classes = loss == dist::LossKind::kSoftmaxCrossEntropy;
+  const std::int64_t want = classes ? d.num_classes() : shape_numel(d.target_shape());
+  MIRROR_CHECK(out.size() == 1 && out[0] == want, InvalidArgument,
+               "the model outputs " + shape_text(out) + " per sample, but the data has " +
+                   (classes ? std::to_string(want) + " classes"
+                            : "float targets " + shape_text(d.target_shape())) +
+                   ": make the model's last layer " + std::to_string(want) + " wide");
 }
 
 void Trainer::Impl::make_loaders() {

@@ -40,6 +40,7 @@ FitSummary Trainer::Impl::fit() {
   const auto observers = make_observers(*this);
   const auto t0 = Clock::now();
   FitSummary summary;
+  summary.loss = dist::loss_name(loss);
   std::int64_t global_step = start.global_step;
   std::int64_t samples = 0;
   bool stop = false;
@@ -61,10 +62,14 @@ FitSummary Trainer::Impl::fit() {
     samples += done.samples;
     summary.train_loss = done.train.loss();
     summary.train_accuracy = done.train.accuracy();
+    summary.train_mse = done.train.mse();
+    summary.train_mae = done.train.mae();
     summary.evaluated = done.test.has_value();
     if (done.test) {
       summary.test_loss = done.test->loss();
       summary.test_accuracy = done.test->accuracy();
+      summary.test_mse = done.test->mse();
+      summary.test_mae = done.test->mae();
     }
     summary.data_wait_seconds += done.data_wait_seconds;
     for (auto& o : observers) o->on_epoch(done);
@@ -86,6 +91,7 @@ Trainer::Impl::EpochRun Trainer::Impl::begin_epoch(int epoch, std::int64_t first
   run.steps = train_loaders.front()->steps_per_epoch();
   run.start = Clock::now();
   run.wait_at_start = max_wait(train_loaders);
+  run.metrics.kind = loss;
   return run;
 }
 
@@ -122,7 +128,7 @@ StepEvent Trainer::Impl::train_step(EpochRun& run, std::vector<data::Batch>& bat
 }
 
 void Trainer::Impl::record_step(EpochRun& run, StepEvent& event) {
-  run.metrics.add(*event.result);
+  run.metrics.add(*event.result);  // run.metrics.kind was set by begin_epoch
   event.epoch_metrics = &run.metrics;
   event.epoch_seconds = seconds_since(run.start);
 }
@@ -144,6 +150,7 @@ std::optional<MetricSums> Trainer::Impl::evaluate() {
   auto span = trace.span("evaluate", "eval");
   for (auto& l : test_loaders) l->start(0, 1, 0);
   MetricSums total;
+  total.kind = loss;
   std::vector<data::Batch> batches(test_loaders.size());
   for (;;) {
     for (std::size_t i = 0; i < test_loaders.size(); ++i) {

@@ -49,16 +49,38 @@ std::string data_checksum(const data::Dataset& train, const data::Dataset* test)
 
 // ---- metrics -----------------------------------------------------------------------------
 
-/// Sums of global step results over an epoch or an evaluation pass.
+/// Sums of global step results over a step, an epoch or an evaluation pass, and the metrics
+/// they give for the loss kind: accuracy for softmax cross-entropy (per sample) and binary
+/// cross-entropy (per target element), mse and mae for mean squared error.
 struct MetricSums {
+  dist::LossKind kind = dist::LossKind::kSoftmaxCrossEntropy;
   double loss_sum = 0;
   std::int64_t correct = 0;
   std::int64_t count = 0;
+  std::int64_t target_values = 0;
+  double squared_error_sum = 0;
+  double abs_error_sum = 0;
 
+  static MetricSums of(dist::LossKind kind, const dist::StepResult& r);
   void add(const dist::StepResult& r);
   double loss() const { return count ? loss_sum / static_cast<double>(count) : 0.0; }
-  double accuracy() const { return count ? static_cast<double>(correct) / count : 0.0; }
+  double accuracy() const;
+  double mse() const { return per_value(squared_error_sum); }
+  double mae() const { return per_value(abs_error_sum); }
+  /// This kind's metrics by name, in print order: {accuracy} or {mse, mae}.
+  std::vector<std::pair<const char*, double>> named() const;
+  /// " accuracy 0.9123" or " mse 0.0123 mae 0.0456" (prefix before each name).
+  std::string text(const char* prefix = "") const;
+
+ private:
+  double per_value(double sum) const {
+    return target_values ? sum / static_cast<double>(target_values) : 0.0;
+  }
 };
+
+/// --loss auto: softmax cross-entropy for class labels, mean squared error for float targets;
+/// otherwise the named loss, which must suit the data (InvalidArgument naming both).
+dist::LossKind resolve_loss(const std::string& name, const data::Dataset& train);
 
 // ---- fit loop events ---------------------------------------------------------------------
 
@@ -115,7 +137,7 @@ class Progress {
   Progress(bool enabled, bool bar) : enabled_(enabled), bar_(bar) {}
   /// `step` is 1-based within the epoch; eta_s estimates the rest of the epoch.
   void step(int epoch, int epochs, std::int64_t step, std::int64_t steps, double samples_per_s,
-            double eta_s, double loss, double accuracy);
+            double eta_s, const MetricSums& metrics);
   void epoch_done(const std::string& line);
   void message(const std::string& line);
 
@@ -139,6 +161,7 @@ struct Trainer::Impl {
   Task task;
   std::string model_name;  // for messages: the built-in's name, or "custom"
   std::string checksum;    // data_checksum of the task's data
+  dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
   std::unique_ptr<dist::MirroredStrategy> strategy;
   std::vector<std::unique_ptr<data::Loader>> train_loaders, test_loaders;
   std::unique_ptr<optim::LrSchedule> schedule;
@@ -151,6 +174,7 @@ struct Trainer::Impl {
 
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
+  void check_model_output();
   void make_strategy();
   void make_loaders();
   StartPoint restore();

@@ -47,29 +47,35 @@ class Console final : public FitObserver {
     const double left = static_cast<double>(e.steps_per_epoch - e.step - 1);
     progress_.step(e.epoch, epochs_, e.step + 1, e.steps_per_epoch,
                    per_second(static_cast<double>(m.count), e.epoch_seconds),
-                   e.epoch_seconds / done * left, m.loss(), m.accuracy());
+                   e.epoch_seconds / done * left, m);
   }
 
   void on_epoch(const EpochEvent& e) override {
-    char test[96] = "";
+    char test[128] = "";
     if (e.test) {
-      std::snprintf(test, sizeof test, " | test loss %.4f accuracy %.4f", e.test->loss(),
-                    e.test->accuracy());
+      std::snprintf(test, sizeof test, " | test loss %.4f %s", e.test->loss(),
+                    e.test->text().c_str());
     }
-    char line[320];
+    char line[384];
     std::snprintf(line, sizeof line,
-                  "epoch %d/%d: loss %.4f accuracy %.4f%s | %.1f s, %.0f samples/s, "
-                  "data wait %.2f s",
-                  e.epoch + 1, epochs_, e.train.loss(), e.train.accuracy(), test, e.seconds,
+                  "epoch %d/%d: loss %.4f %s%s | %.1f s, %.0f samples/s, data wait %.2f s",
+                  e.epoch + 1, epochs_, e.train.loss(), e.train.text().c_str(), test, e.seconds,
                   per_second(static_cast<double>(e.samples), e.seconds), e.data_wait_seconds);
     progress_.epoch_done(line);
   }
 
   void on_end(const FitSummary& s) override {
-    char head[128];
-    if (s.evaluated) {
+    const bool mse = s.loss == dist::loss_name(dist::LossKind::kMeanSquaredError);
+    char head[160];
+    if (s.evaluated && mse) {
+      std::snprintf(head, sizeof head, "test mse: %.4f\ntest mae: %.4f\ntest loss: %.4f",
+                    s.test_mse, s.test_mae, s.test_loss);
+    } else if (s.evaluated) {
       std::snprintf(head, sizeof head, "test accuracy: %.4f\ntest loss: %.4f", s.test_accuracy,
                     s.test_loss);
+    } else if (mse) {
+      std::snprintf(head, sizeof head, "no test data; last epoch: loss %.4f mse %.4f mae %.4f",
+                    s.train_loss, s.train_mse, s.train_mae);
     } else {
       std::snprintf(head, sizeof head, "no test data; last epoch: loss %.4f accuracy %.4f",
                     s.train_loss, s.train_accuracy);
@@ -96,18 +102,17 @@ class JsonLog final : public FitObserver {
   void on_step(const StepEvent& e) override {
     if (!log_.enabled()) return;
     const dist::StepResult& r = *e.result;
-    log_.write({{"type", "step"},
-                {"step", e.global_step},
-                {"epoch", e.epoch},
-                {"loss", r.loss},
-                {"accuracy", r.count ? double(r.correct) / r.count : 0.0},
-                {"lr", e.lr},
-                {"samples_per_s", per_second(static_cast<double>(r.count), e.step_seconds)},
-                {"step_ms", e.step_seconds * 1000},
-                {"data_wait_ms", e.data_wait_seconds * 1000},
-                {"compute_ms", r.timing.forward_ms + r.timing.backward_ms + r.timing.optimizer_ms},
-                {"exposed_comm_ms", r.timing.exposed_comm_ms},
-                {"skipped", r.skipped}});
+    nlohmann::json j = {{"type", "step"}, {"step", e.global_step}, {"epoch", e.epoch},
+                        {"loss", r.loss}};
+    for (auto [name, value] : MetricSums::of(e.epoch_metrics->kind, r).named()) j[name] = value;
+    j["lr"] = e.lr;
+    j["samples_per_s"] = per_second(static_cast<double>(r.count), e.step_seconds);
+    j["step_ms"] = e.step_seconds * 1000;
+    j["data_wait_ms"] = e.data_wait_seconds * 1000;
+    j["compute_ms"] = r.timing.forward_ms + r.timing.backward_ms + r.timing.optimizer_ms;
+    j["exposed_comm_ms"] = r.timing.exposed_comm_ms;
+    j["skipped"] = r.skipped;
+    log_.write(j);
   }
 
   void on_epoch(const EpochEvent& e) override {
@@ -115,11 +120,11 @@ class JsonLog final : public FitObserver {
     nlohmann::json j = {{"type", "epoch"},
                         {"epoch", e.epoch},
                         {"step", e.global_step},
-                        {"loss", e.train.loss()},
-                        {"accuracy", e.train.accuracy()}};
+                        {"loss", e.train.loss()}};
+    for (auto [name, value] : e.train.named()) j[name] = value;
     if (e.test) {
       j["test_loss"] = e.test->loss();
-      j["test_accuracy"] = e.test->accuracy();
+      for (auto [name, value] : e.test->named()) j[std::string("test_") + name] = value;
     }
     j["seconds"] = e.seconds;
     j["samples_per_s"] = per_second(static_cast<double>(e.samples), e.seconds);
@@ -129,11 +134,15 @@ class JsonLog final : public FitObserver {
 
   void on_end(const FitSummary& s) override {
     if (!log_.enabled()) return;
-    nlohmann::json j = {{"type", "summary"}};
-    if (s.evaluated) {
+    nlohmann::json j = {{"type", "summary"}, {"loss_kind", s.loss}};
+    const bool mse = s.loss == dist::loss_name(dist::LossKind::kMeanSquaredError);
+    if (s.evaluated && mse) {
+      j["test_mse"] = s.test_mse;
+      j["test_mae"] = s.test_mae;
+    } else if (s.evaluated) {
       j["test_accuracy"] = s.test_accuracy;
-      j["test_loss"] = s.test_loss;
     }
+    if (s.evaluated) j["test_loss"] = s.test_loss;
     j["wall_seconds"] = s.wall_seconds;
     j["samples_per_s"] = s.samples_per_second;
     j["steps"] = s.steps;

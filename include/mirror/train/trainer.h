@@ -88,12 +88,17 @@ struct TrainConfig {
   void validate() const;
 };
 
+/// Metrics of the last epoch. Accuracy is per sample for softmax cross-entropy and per target
+/// element for binary cross-entropy; mse/mae are set for mean squared error (0 otherwise).
 struct FitSummary {
+  std::string loss;        // the loss trained, e.g. "softmax-cross-entropy" or "mse"
   bool evaluated = false;  // false when the task has no test split (test_* stay 0)
   double test_loss = 0;
   double test_accuracy = 0;
+  double test_mse = 0, test_mae = 0;
   double train_loss = 0;  // last epoch's mean
   double train_accuracy = 0;
+  double train_mse = 0, train_mae = 0;
   std::int64_t steps = 0;       // steps run by this fit (resumed steps not counted)
   std::int64_t final_step = 0;  // global step index reached
   double wall_seconds = 0;
