@@ -24,7 +24,8 @@ po::options_description make_options() {
   o.add_options()("help,h", "show this help")(
       "config", po::value<std::string>(),
       "JSON file with any of the options below (keys as flag names)")(
-      "model", po::value<std::string>(), "built-in model: cnn | gru-rows | gru-words (default cnn)")(
+      "model", po::value<std::string>(),
+      "built-in model: cnn | gru-rows | gru-words (default cnn)")(
       "model-spec", po::value<std::string>(),
       "model spec JSON file (a Sequential layer list, Mirror or Keras names); replaces --model")(
       "loss", po::value<std::string>(),

@@ -37,7 +37,8 @@ double max_relative_difference(nn::Sequential& a, nn::Sequential& b) {
     const float* u = x.data<float>();
     const float* v = y.data<float>();
     for (std::int64_t k = 0; k < x.numel(); ++k) {
-      worst = std::max(worst, std::fabs(double(u[k]) - v[k]) / std::max(1e-3, std::fabs(double(v[k]))));
+      worst =
+          std::max(worst, std::fabs(double(u[k]) - v[k]) / std::max(1e-3, std::fabs(double(v[k]))));
     }
   }
   return worst;
@@ -47,7 +48,7 @@ TEST(TrainerTask, TrainsACustomModelAndEvaluates) {
   train::Trainer trainer(runtime(), quiet_cpu_config(), blob_task());
   const train::FitSummary s = trainer.fit();
   EXPECT_TRUE(s.evaluated);
-  EXPECT_EQ(s.steps, 16);  // 96 samples / 12 = 8 steps x 2 epochs
+  EXPECT_EQ(s.steps, 16);           // 96 samples / 12 = 8 steps x 2 epochs
   EXPECT_GT(s.test_accuracy, 0.6);  // three well-separated blobs
   EXPECT_EQ(trainer.model().parameters().size(), 4u);
 }

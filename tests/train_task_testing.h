@@ -28,8 +28,8 @@ class Blobs final : public data::Dataset {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> noise(0.0f, 0.6f);
     for (std::int64_t i = 0; i < size; ++i) {
-      const int label = sorted_by_class ? static_cast<int>(i * classes / size)
-                                        : static_cast<int>(i % classes);
+      const int label =
+          sorted_by_class ? static_cast<int>(i * classes / size) : static_cast<int>(i % classes);
       labels_.push_back(label);
       for (int f = 0; f < kFeatures; ++f) {
         const float centre = (f % classes == label) ? 1.5f : -0.5f;

@@ -15,8 +15,9 @@ void validate_data_files(const TrainConfig& c) {
   };
   const int train_kinds = !c.train_x.empty() + !c.train_csv.empty() + !c.train_tokens.empty();
   const int test_kinds = !c.test_x.empty() + !c.test_csv.empty() + !c.test_tokens.empty();
-  require(train_kinds <= 1, "give one training data kind: --train-x/--train-y, --train-csv or "
-                            "--train-tokens, not several");
+  require(train_kinds <= 1,
+          "give one training data kind: --train-x/--train-y, --train-csv or "
+          "--train-tokens, not several");
   require(test_kinds <= 1,
           "give one test data kind: --test-x/--test-y, --test-csv or --test-tokens, not several");
   require(c.train_x.empty() == c.train_y.empty(), "--train-x and --train-y go together");
@@ -54,7 +55,8 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
     MIRROR_CHECK(!part.empty() && ec == std::errc() && end == part.data() + part.size() && d > 0,
                  InvalidArgument,
                  "--input-shape must be positive integers separated by commas (e.g. 1,28,28), "
-                 "got '" + input_shape + "'");
+                 "got '" +
+                     input_shape + "'");
     dims.push_back(d);
     at = comma + 1;
   }
@@ -124,13 +126,14 @@ void TrainConfig::validate() const {
     MIRROR_CHECK(ok, InvalidArgument, message);
   };
   require(!model_spec.empty() || model == "cnn" || model == "gru-rows" || model == "gru-words",
-          "--model must be cnn, gru-rows or gru-words (or give --model-spec FILE), got '" +
-              model + "'");
+          "--model must be cnn, gru-rows or gru-words (or give --model-spec FILE), got '" + model +
+              "'");
   require(loss == "auto" || loss == "softmax-cross-entropy" || loss == "cross-entropy" ||
               loss == "binary-cross-entropy" || loss == "bce" || loss == "mse" ||
               loss == "mean-squared-error",
           "--loss must be auto, softmax-cross-entropy (cross-entropy), binary-cross-entropy "
-          "(bce) or mse (mean-squared-error), got '" + loss + "'");
+          "(bce) or mse (mean-squared-error), got '" +
+              loss + "'");
   validate_data_files(*this);
   require(data == "real" || data == "synthetic",
           "--data must be real or synthetic, got '" + data + "'");

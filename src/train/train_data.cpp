@@ -45,9 +45,9 @@ class Subset final : public data::Dataset {
 
  private:
   std::int64_t at(std::int64_t i) const {
-    MIRROR_CHECK(i >= 0 && i < size(), InvalidArgument,
-                 "sample " + std::to_string(i) + " outside the subset of " +
-                     std::to_string(size()));
+    MIRROR_CHECK(
+        i >= 0 && i < size(), InvalidArgument,
+        "sample " + std::to_string(i) + " outside the subset of " + std::to_string(size()));
     return indices_[static_cast<std::size_t>(i)];
   }
   std::shared_ptr<const data::Dataset> base_;
@@ -171,9 +171,7 @@ ConfigTask task_from_config(const TrainConfig& c) {
   t.task.test = random_subset(t.task.test, c.test_limit, c.seed, 0x74657374);     // "test"
   t.task.model_description = spec.to_json().dump();
   const std::uint64_t seed = c.seed;
-  t.task.model = [spec, seed](Device d) {
-    return nn::make_model(spec, DType::kFloat32, d, seed);
-  };
+  t.task.model = [spec, seed](Device d) { return nn::make_model(spec, DType::kFloat32, d, seed); };
   return t;
 }
 

@@ -94,7 +94,7 @@ struct StartPoint {
 /// One finished training step, as the observers see it.
 struct StepEvent {
   int epoch = 0;
-  std::int64_t step = 0;  // 0-based within the epoch
+  std::int64_t step = 0;        // 0-based within the epoch
   std::int64_t first_step = 0;  // where this epoch's run started (resume mid-epoch)
   std::int64_t steps_per_epoch = 0;
   std::int64_t global_step = 0;  // steps done, this one included
@@ -103,10 +103,10 @@ struct StepEvent {
   double compute_start_us = 0;  // trace clock when train_step began
   double step_seconds = 0;
   double data_wait_seconds = 0;
-  double epoch_seconds = 0;  // since the epoch started
+  double epoch_seconds = 0;                   // since the epoch started
   const MetricSums* epoch_metrics = nullptr;  // the epoch so far, this step included
-  StartPoint next;                   // where a run resuming after this step starts
-  bool last = false;                 // --max-steps reached: the loop stops after this step
+  StartPoint next;                            // where a run resuming after this step starts
+  bool last = false;                          // --max-steps reached: the loop stops after this step
 };
 
 /// One finished epoch (train metrics, and the evaluation when the task has a test split).

@@ -102,8 +102,8 @@ class JsonLog final : public FitObserver {
   void on_step(const StepEvent& e) override {
     if (!log_.enabled()) return;
     const dist::StepResult& r = *e.result;
-    nlohmann::json j = {{"type", "step"}, {"step", e.global_step}, {"epoch", e.epoch},
-                        {"loss", r.loss}};
+    nlohmann::json j = {
+        {"type", "step"}, {"step", e.global_step}, {"epoch", e.epoch}, {"loss", r.loss}};
     for (auto [name, value] : MetricSums::of(e.epoch_metrics->kind, r).named()) j[name] = value;
     j["lr"] = e.lr;
     j["samples_per_s"] = per_second(static_cast<double>(r.count), e.step_seconds);
@@ -117,10 +117,8 @@ class JsonLog final : public FitObserver {
 
   void on_epoch(const EpochEvent& e) override {
     if (!log_.enabled()) return;
-    nlohmann::json j = {{"type", "epoch"},
-                        {"epoch", e.epoch},
-                        {"step", e.global_step},
-                        {"loss", e.train.loss()}};
+    nlohmann::json j = {
+        {"type", "epoch"}, {"epoch", e.epoch}, {"step", e.global_step}, {"loss", e.train.loss()}};
     for (auto [name, value] : e.train.named()) j[name] = value;
     if (e.test) {
       j["test_loss"] = e.test->loss();

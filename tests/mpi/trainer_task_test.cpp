@@ -23,8 +23,9 @@ nn::Sequential train_alone(const train::TrainConfig& config, const train::Task& 
   optim::OptimizerOptions opt;
   dist::StrategyOptions options;
   options.seed = config.seed;
-  dist::MirroredStrategy s({Device::cpu()}, task.model,
-                           [&] { return optim::make_optimizer(config.optimizer, opt); }, options);
+  dist::MirroredStrategy s(
+      {Device::cpu()}, task.model, [&] { return optim::make_optimizer(config.optimizer, opt); },
+      options);
   data::LoaderOptions lo;
   lo.global_batch = config.batch_size;
   lo.seed = config.seed;
@@ -43,7 +44,7 @@ nn::Sequential train_alone(const train::TrainConfig& config, const train::Task& 
 
 TEST(TrainerTaskAcrossRanks, MatchesOneReplicaWithTheSameGlobalBatch) {
   dist::Runtime& rt = dist::Runtime::get();
-  const train::TrainConfig config = quiet_cpu_config("cpu");  // one replica per rank
+  const train::TrainConfig config = quiet_cpu_config("cpu");        // one replica per rank
   const train::Task task = blob_task(true, 8, /*train_size=*/100);  // last batch: 4 real of 12
   train::Trainer trainer(rt, config, task);
   const train::FitSummary summary = trainer.fit();

@@ -32,8 +32,8 @@ struct TrainConfig {
   // the user's data files (one kind per split: arrays, CSV or token text)
   std::string train_x, train_y, test_x, test_y;  // .npy or IDX (.gz accepted)
   std::string train_csv, test_csv;
-  std::string label_column;         // CSV label column: name or 0-based index (default: last)
-  std::string csv_header = "auto";  // auto | yes | no
+  std::string label_column;               // CSV label column: name or 0-based index (default: last)
+  std::string csv_header = "auto";        // auto | yes | no
   std::string train_tokens, test_tokens;  // "label id id ..." per line
   int num_classes = 0;                    // 0: from the labels (max + 1)
   std::string input_shape;                // reshape array samples, e.g. "1,28,28"
