@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """PyTorch twin of bench/step_bench.cpp: median time of one training step (forward, loss,
-backward, Adam update) of the same two models on the CPU, printed in the same format.
+backward, Adam update) of the same two models, printed in the same format; on the CPU (the
+twin of step-bench) or on a GPU (the twin of `mirror-bench train --devices gpu --replicas 1`).
 
   python3 bench/step_torch.py [--model cnn,gru-rows] [--batch 64] [--steps 20] [--warmup 3]
-                              [--threads 1]
+                              [--threads 1] [--device cpu|cuda|cuda:N]
+
+On a GPU each step copies its batch from host memory (as Mirror's step does) and ends with a
+device synchronize, so the time is the step's completion, not its launch. No usable GPU with
+--device cuda exits 3 with the reason.
 """
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -38,21 +44,24 @@ def make_model(name):
     raise SystemExit(f"unknown model {name!r}: expected cnn or gru-rows")
 
 
-def time_model(name, batch, warmup, steps):
+def time_model(name, batch, warmup, steps, device):
     torch.manual_seed(1)
     model, shape = make_model(name)
-    model.train()
+    model.to(device).train()
     params = sum(p.numel() for p in model.parameters())
     x = torch.rand(batch, *shape)
     y = torch.randint(0, 10, (batch,))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
+    on_gpu = device.type == "cuda"
 
     def step():
         opt.zero_grad()
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(model(x.to(device)), y.to(device))
         loss.backward()
         opt.step()
+        if on_gpu:
+            torch.cuda.synchronize(device)
 
     for _ in range(warmup):
         step()
@@ -73,13 +82,22 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    where = ""
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            print(f"step_torch: --device {args.device}: torch {torch.__version__} sees no usable "
+                  f"GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+            sys.exit(3)
+        where = f" device={args.device} ({torch.cuda.get_device_name(device)})"
     for name in filter(None, args.model.split(",")):
-        median, low, cpu, params = time_model(name, args.batch, args.warmup, args.steps)
-        print(f"torch {name} batch={args.batch} threads={args.threads}: median {median:.2f} "
-              f"ms/step (min {low:.2f}, cpu {cpu:.2f} ms/step, {args.steps} steps, {params} "
-              f"parameters, torch {torch.__version__})", flush=True)
+        median, low, cpu, params = time_model(name, args.batch, args.warmup, args.steps, device)
+        print(f"torch {name} batch={args.batch} threads={args.threads}{where}: median "
+              f"{median:.2f} ms/step (min {low:.2f}, cpu {cpu:.2f} ms/step, {args.steps} steps, "
+              f"{params} parameters, torch {torch.__version__})", flush=True)
 
 
 if __name__ == "__main__":

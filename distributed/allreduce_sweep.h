@@ -1,6 +1,7 @@
 // defines: the all-reduce bandwidth sweep behind `mirror-bench allreduce`: Mirror's
-// MpiCommunicator and raw MPI_Allreduce measured side by side in one run, nccl-tests style,
-// each result checked against its closed form.
+// MpiCommunicator and raw MPI_Allreduce measured side by side in one run, or Mirror's
+// NcclCommunicator on each rank's GPU, nccl-tests style, each result checked against its closed
+// form.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,12 @@ struct AllreduceSweepOptions {
   int rounds = 3;       // alternating Mirror / MPI rounds; the best round of each is reported
   DType dtype = DType::kFloat32;
   bool in_place = false;
+  /// "mpi": host buffers, Mirror's MpiCommunicator next to raw MPI_Allreduce. "nccl": each rank
+  /// drives one GPU (GPU = local rank) and Mirror's NcclCommunicator reduces device buffers;
+  /// no usable GPU is an Unavailable error naming the reason. "auto": nccl when every rank has
+  /// a GPU of its own (or may share one), else mpi with a note saying why.
+  std::string backend = "auto";
+  bool allow_gpu_sharing = false;  // several ranks on one GPU (NCCL itself may refuse it)
 };
 
 /// One size of the sweep. Times are per all-reduce on the slowest rank; algbw = bytes / time;
@@ -31,9 +38,17 @@ struct AllreduceSweepRow {
   std::size_t count = 0;
   double mirror_us = 0, mirror_algbw = 0, mirror_busbw = 0;
   std::size_t mirror_wrong = 0;  // elements that differ from the closed form (all ranks)
-  double mpi_us = 0, mpi_algbw = 0, mpi_busbw = 0;
+  double mpi_us = 0, mpi_algbw = 0, mpi_busbw = 0;  // 0 when not measured (nccl)
   std::size_t mpi_wrong = 0;
 };
+
+/// The backend `run_allreduce_sweep` uses for `options` on this job: "mpi" or "nccl", with the
+/// reason when "auto" falls back to mpi (else ""). Collective (auto asks every rank).
+struct SweepBackendChoice {
+  std::string backend;
+  std::string note;
+};
+SweepBackendChoice choose_sweep_backend(Runtime& runtime, const AllreduceSweepOptions& options);
 
 /// Runs the sweep (collective: every rank calls it). Rank 0 writes the table to `out` row by
 /// row as sizes finish; every rank returns the rows. Each rank contributes (rank + i) % 4 to

@@ -24,8 +24,10 @@
 
 #include "mirror/data/batch.h"
 #include "mirror/data/synthetic.h"
+#include "mirror/distributed/device_selection.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
+#include "mirror/gpu.h"
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
 #include "mirror/optim/optimizer.h"
@@ -49,7 +51,19 @@ void check_train_bench_options(const TrainBenchOptions& o) {
                "--steps and --rounds must be >= 1 and --warmup >= 0");
   MIRROR_CHECK(o.batch_per_replica >= 1, InvalidArgument, "--batch-per-replica must be >= 1");
   MIRROR_CHECK(o.threads >= 1, InvalidArgument, "--threads must be >= 1");
+  MIRROR_CHECK(o.devices == "cpu" || o.devices == "gpu", InvalidArgument,
+               "--devices must be cpu or gpu, got '" + o.devices + "'");
   parse_compression(o.compression);
+}
+
+void check_train_bench_devices(const TrainBenchOptions& o) {
+  if (o.devices != "gpu") return;
+  const GpuReport& gpus = discover_gpus();
+  if (gpus.usable()) return;
+  throw Unavailable(
+      "--devices gpu needs a usable GPU, but " +
+      (gpus.unavailable_reason.empty() ? std::string("none is visible") : gpus.unavailable_reason) +
+      "; run mirror-doctor for details, or benchmark the CPU with --devices cpu");
 }
 
 // ================================================================ worker
@@ -91,6 +105,7 @@ nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
           {"replicas", r.replicas},
           {"batch_per_replica", o.batch_per_replica},
           {"threads_per_rank", o.threads},
+          {"devices", o.devices},
           {"steps", o.steps},
           {"step_ms", r.step_ms},
           {"mean_step_ms", r.mean_step_ms},
@@ -128,7 +143,22 @@ T max_over_ranks(Runtime& rt, T value) {
 
 namespace {
 
-std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBenchOptions& o) {
+/// This rank's one replica: the CPU, or its GPU (GPU = local rank) chosen by the Runtime as
+/// mirror-train does, which throws Unavailable with the reason when there is none.
+Device bench_device(Runtime& rt, const TrainBenchOptions& o) {
+  if (o.devices != "gpu") return Device::cpu(0);
+  DeviceRequest request;
+  request.devices = "gpu";
+  request.require_gpu = true;
+  request.allow_sharing = o.allow_gpu_sharing;
+  const DeviceSelection selection = rt.setup_devices(request);
+  MIRROR_CHECK(selection.devices.size() == 1, InvalidArgument,
+               "mirror-bench train: expected one GPU per rank, got " + selection.devices_str());
+  return selection.devices[0];
+}
+
+std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBenchOptions& o,
+                                                      Device device) {
   StrategyOptions so;
   so.buckets = {o.first_bucket_bytes, o.bucket_bytes};
   so.compression = parse_compression(o.compression);
@@ -140,7 +170,7 @@ std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBe
     return cnn ? nn::make_cnn(DType::kFloat32, d, 7) : nn::make_row_gru(DType::kFloat32, d, 7);
   };
   OptimizerFactory adam = [] { return std::make_unique<optim::Adam>(); };
-  const std::vector<Device> devices = {Device::cpu(0)};
+  const std::vector<Device> devices = {device};
   if (o.independent) return std::make_unique<MirroredStrategy>(devices, model, adam, so);
   return std::make_unique<MirroredStrategy>(rt, devices, model, adam, so);
 }
@@ -157,7 +187,7 @@ std::vector<data::Batch> make_pool(const TrainBenchOptions& o, int rank, int wor
 
 /// Warm-up, then the timed steps; per-step averages, the slowest rank's.
 TrainBenchRow time_steps(Runtime& rt, MirroredStrategy& s, const std::vector<data::Batch>& pool,
-                         const TrainBenchOptions& o) {
+                         const TrainBenchOptions& o, Device device) {
   auto step = [&](std::int64_t k) {
     std::vector<data::Batch> batches = {pool[static_cast<std::size_t>(k % kDistinctBatches)]};
     batches[0].step = k;
@@ -193,7 +223,7 @@ TrainBenchRow time_steps(Runtime& rt, MirroredStrategy& s, const std::vector<dat
   row.forward_ms = max_over_ranks(rt, row.forward_ms / n);
   row.backward_ms = max_over_ranks(rt, row.backward_ms / n);
   row.optimizer_ms = max_over_ranks(rt, row.optimizer_ms / n);
-  row.peak_bytes = max_over_ranks(rt, allocator_for(Device::cpu(0)).stats().peak_in_use);
+  row.peak_bytes = max_over_ranks(rt, allocator_for(device).stats().peak_in_use);
   return row;
 }
 
@@ -204,9 +234,10 @@ int run_train_bench_worker(Runtime& rt, const TrainBenchOptions& o,
   check_train_bench_options(o);
   // Exactly `threads` OpenMP threads per rank, whatever the launcher exported.
   omp_set_num_threads(o.threads);
-  auto strategy = make_bench_strategy(rt, o);
+  const Device device = bench_device(rt, o);
+  auto strategy = make_bench_strategy(rt, o, device);
   const auto pool = make_pool(o, rt.world_rank(), rt.world_size());
-  TrainBenchRow row = time_steps(rt, *strategy, pool, o);
+  TrainBenchRow row = time_steps(rt, *strategy, pool, o, device);
   try {
     strategy->check_replicas_identical();
     row.replicas_identical = true;
@@ -239,12 +270,15 @@ std::vector<std::string> train_bench_worker_args(const TrainBenchOptions& o,
                                    std::to_string(o.threads),
                                    "--compression",
                                    o.compression,
+                                   "--devices",
+                                   o.devices,
                                    "--first-bucket-bytes",
                                    std::to_string(o.first_bucket_bytes),
                                    "--bucket-bytes",
                                    std::to_string(o.bucket_bytes),
                                    o.overlap ? "--overlap=1" : "--overlap=0"};
   if (o.independent) args.push_back("--independent");
+  if (o.allow_gpu_sharing) args.push_back("--allow-gpu-sharing");
   return args;
 }
 
@@ -341,9 +375,9 @@ TrainBenchRow row_from_json(const nlohmann::json& j) {
 
 void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions& o,
                  std::ostream& out) {
-  out << "mirror-bench train: model " << o.model << ", batch " << o.batch_per_replica
-      << " per replica, " << o.threads << " thread(s) per rank, " << o.steps << " steps (+"
-      << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
+  out << "mirror-bench train: model " << o.model << " on " << o.devices << ", batch "
+      << o.batch_per_replica << " per replica, " << o.threads << " thread(s) per rank, " << o.steps
+      << " steps (+" << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
       << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\n";
   out << "replicas   step ms    mean ms   cpu ms   samples/s   scaling   "
          "exposed comm ms (% step)   fwd/bwd/opt ms        peak MiB   buckets (overlapped)"
@@ -448,6 +482,7 @@ void write_outputs(const std::vector<TrainBenchRow>& rows, const TrainBenchOptio
 
 int run_train_bench(const std::string& argv0, const TrainBenchOptions& o, std::ostream& out) {
   check_train_bench_options(o);
+  check_train_bench_devices(o);
   const std::string exe = self_executable(argv0);
   // One OpenMP team of `threads` per rank (the launcher exports it).
   setenv("OMP_NUM_THREADS", std::to_string(o.threads).c_str(), 1);

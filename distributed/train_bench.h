@@ -21,8 +21,12 @@ struct TrainBenchOptions {
   int warmup = 3;  // untimed steps first (allocator cache, oneDNN primitives)
   int rounds = 3;  // jobs per replica count (alternating); the fastest of each is reported
   std::int64_t batch_per_replica = 64;
-  int threads = 1;        // OpenMP threads per rank
-  std::string json_path;  // list of rows; "" = none
+  int threads = 1;  // OpenMP threads per rank
+  /// "cpu": one CPU replica per rank; "gpu": one GPU per rank (GPU = local rank, NCCL between
+  /// ranks); no usable GPU is an Unavailable error naming the reason.
+  std::string devices = "cpu";
+  bool allow_gpu_sharing = false;  // "gpu" with more ranks than GPUs (NCCL may refuse it)
+  std::string json_path;           // list of rows; "" = none
   std::string plot_path;  // PNG (gnuplot); "" = next to json_path when gnuplot is installed
   /// How to start ranks: "" = launch/mirrorrun found near the executable, else mpirun;
   /// "mpirun" = mpirun -np R --oversubscribe --bind-to none; or a path to a mirrorrun script.
@@ -62,6 +66,10 @@ struct TrainBenchRow {
 
 /// Validates the options; throws InvalidArgument naming the bad one.
 void check_train_bench_options(const TrainBenchOptions& o);
+
+/// Throws Unavailable, with discover_gpus()'s reason and what to do, when `o` asks for GPUs
+/// and this process cannot use any. The parent calls it before starting jobs.
+void check_train_bench_devices(const TrainBenchOptions& o);
 
 /// The parent: runs one job per replica count (argv0 = this program, relaunched as
 /// `argv0 train --worker --result FILE ...`), prints the table to `out`, writes the JSON list and

@@ -1,6 +1,8 @@
 // mirror-bench: Mirror's benchmarks behind one program, one subcommand each.
 //   mirror-bench allreduce [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [--dtype float32]
-//   mirror-bench train --model cnn|gru --replicas 1,2 [--json FILE] (starts its own jobs)
+//                          [--backend auto|mpi|nccl] [--allow-gpu-sharing]
+//   mirror-bench train --model cnn|gru --replicas 1,2 [--devices cpu|gpu] [--json FILE]
+//                      (starts its own jobs)
 // Run it under mpirun / launch/mirrorrun; rank 0 prints the table.
 #include <boost/program_options.hpp>
 
@@ -26,7 +28,8 @@ int run_allreduce(Runtime& runtime, const std::vector<std::string>& args) {
   mirror::dist::AllreduceSweepOptions o;
   po::options_description desc(
       "mirror-bench allreduce: all-reduce bandwidth of Mirror's MPI communicator next to raw "
-      "MPI_Allreduce, each result checked against its closed form (like nccl-tests).\n"
+      "MPI_Allreduce (host memory), or of Mirror's NCCL communicator on each rank's GPU, each "
+      "result checked against its closed form (like nccl-tests).\n"
       "Run under mpirun, e.g. launch/mirrorrun -np 2 build/bin/mirror-bench allreduce\n\nOptions");
   auto add = desc.add_options();
   add("help,h", "show this help");
@@ -42,6 +45,11 @@ int run_allreduce(Runtime& runtime, const std::vector<std::string>& args) {
   add("dtype,d", po::value(&dtype)->default_value(dtype),
       "float32, float64, int32, int64, float16 or bfloat16");
   add("in-place", po::bool_switch(&o.in_place), "reduce in place (default: out of place)");
+  add("backend", po::value(&o.backend)->default_value(o.backend),
+      "auto (nccl when every rank has a GPU of its own, else mpi), mpi, or nccl (one GPU per "
+      "rank; no usable GPU is an error)");
+  add("allow-gpu-sharing", po::bool_switch(&o.allow_gpu_sharing),
+      "let several ranks of a node use one GPU (NCCL may refuse it)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -85,6 +93,10 @@ int run_train(int argc, char** argv) {
   add("batch-per-replica", po::value(&o.batch_per_replica)->default_value(o.batch_per_replica),
       "samples per replica per step");
   add("threads", po::value(&o.threads)->default_value(o.threads), "OpenMP threads per rank");
+  add("devices", po::value(&o.devices)->default_value(o.devices),
+      "cpu (one CPU replica per rank) or gpu (one GPU per rank; no usable GPU is an error)");
+  add("allow-gpu-sharing", po::bool_switch(&o.allow_gpu_sharing),
+      "with --devices gpu: let several ranks use one GPU (NCCL may refuse it)");
   add("json", po::value(&o.json_path), "write the rows as a JSON list (and a PNG next to it)");
   add("plot", po::value(&o.plot_path), "PNG path for the plot (needs gnuplot)");
   add("launcher", po::value(&o.launcher),
@@ -144,10 +156,11 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
-    {"allreduce", "all-reduce bandwidth sweep: Mirror's MpiCommunicator vs raw MPI_Allreduce",
+    {"allreduce",
+     "all-reduce bandwidth sweep: Mirror's MpiCommunicator vs raw MPI_Allreduce, or NCCL on GPUs",
      run_allreduce},
-    {"train", "scaling of MirroredStrategy steps over 1, 2, ... ranks (relaunches itself)",
-     nullptr, run_train},
+    {"train", "scaling of MirroredStrategy steps over 1, 2, ... ranks (relaunches itself)", nullptr,
+     run_train},
 };
 
 void usage(std::FILE* to) {

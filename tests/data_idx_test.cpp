@@ -2,11 +2,15 @@
 // input the loader must reject with a DataError.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <string>
 
+#include "data_test_util.h"
+#include "mirror/data/arrays.h"
 #include "mirror/data/fashion_mnist.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
@@ -209,6 +213,108 @@ TEST_F(FashionFixture, TruncatedFileOnDiskIsDataError) {
   write("train-images-idx3-ubyte.gz", gz);
   expect_data_error([&] { FashionMnist::load(dir_.string(), Split::kTrain); },
                     {"train-images-idx3-ubyte.gz", "truncated"});
+}
+
+// ---------------------------------------------------------------- IDX through load_arrays
+
+/// Big-endian bytes of 32-bit values, as IDX stores int32 / float32 elements.
+template <class T>
+Bytes big_endian(const std::vector<T>& values) {
+  Bytes out;
+  for (T v : values) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, 4);
+    for (int shift = 24; shift >= 0; shift -= 8)
+      out.push_back(static_cast<std::uint8_t>(u >> shift));
+  }
+  return out;
+}
+
+class IdxArrays : public ::testing::Test {
+ protected:
+  std::string save(const std::string& name, const Bytes& bytes) {
+    return test::write_bytes(tmp_.path() / name, bytes);
+  }
+  testing_util::TempDir tmp_{"mirror-idx"};
+};
+
+TEST_F(IdxArrays, AnyShapeAndAnyNumberOfClasses) {
+  // 6 samples of 2x3x2 (rank 4), labels up to 11: more than Fashion-MNIST's 10 classes.
+  const Bytes pixels = payload(6 * 12, 5);
+  const auto xp = save("x-idx4-ubyte.gz", gzip_compress(encode_idx({6, 2, 3, 2}, pixels)));
+  const auto yp = save("y-idx1-ubyte", encode_idx({6}, Bytes{11, 0, 3, 10, 2, 1}));
+  const auto ds = load_arrays(xp, yp);
+  EXPECT_EQ(ds->num_classes(), 12);
+  EXPECT_EQ(ds->sample_shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(ds->label(0), 11);
+  EXPECT_EQ(ds->label(3), 10);
+  float s[12];
+  ds->decode_float(5, s);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(s[i], pixels[60 + i] / 255.0f);
+  ArrayOptions o;
+  o.num_classes = 20;
+  EXPECT_EQ(load_arrays(xp, yp, o)->num_classes(), 20);
+  o.num_classes = 11;
+  expect_data_error([&] { load_arrays(xp, yp, o); },
+                    {"y-idx1-ubyte", "label 11 of sample 0", "11 classes"});
+  const auto y5 = save("y5", encode_idx({5}, Bytes{0, 1, 2, 3, 4}));
+  expect_data_error([&] { load_arrays(xp, y5); }, {"6 samples in", "but 5 in", "y5"});
+  const auto fake = save("fake.gz", encode_idx({6}, Bytes{0, 1, 2, 3, 4, 5}));
+  expect_data_error([&] { load_arrays(xp, fake); }, {"fake.gz", "not gzip"});
+}
+
+TEST_F(IdxArrays, TypedElementsAreReadBigEndian) {
+  const std::vector<float> x = {0.5f, -1.25f, 3e7f, 4.0f, -0.0f, 6.5f};
+  const auto xp = save("x-f32", encode_idx({3, 2}, big_endian(x), 0x0D));
+  const auto yp = save("y-i32", encode_idx({3}, big_endian<std::int32_t>({70000, 2, 5}), 0x0C));
+  const auto ds = load_arrays(xp, yp);
+  EXPECT_EQ(ds->num_classes(), 70001);
+  EXPECT_EQ(ds->label(0), 70000);
+  float s[2];
+  ds->decode_float(1, s);
+  EXPECT_EQ(s[0], 3e7f);
+  EXPECT_EQ(s[1], 4.0f);
+  // float32 y: float targets; int32 x: token ids.
+  const Bytes targets = big_endian<float>({0.5f, 1.0f, -2.0f});
+  const auto ft = load_arrays(xp, save("t-f32", encode_idx({3}, targets, 0x0D)));
+  EXPECT_EQ(ft->target_kind(), TargetKind::kFloat);
+  float t;
+  ft->decode_target(2, &t);
+  EXPECT_EQ(t, -2.0f);
+  const Bytes ids = big_endian<std::int32_t>({1, 0, 2, 3, 300, 0});
+  const auto tok = load_arrays(save("x-i32", encode_idx({3, 2}, ids, 0x0C)), yp);
+  EXPECT_EQ(tok->vocab_size(), 301);
+  EXPECT_EQ(tok->length(0), 1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Bytes bad = big_endian<float>({0, 0, 0, 0, nan, 0});
+  expect_data_error(
+      [&] {
+        load_arrays(save("nan-f32", encode_idx({3, 2}, bad, 0x0D)), yp);
+      },
+      {"nan-f32", "flat index 4", "sample 2"});
+  Bytes cut = encode_idx({3, 2}, big_endian(x), 0x0D);
+  cut.pop_back();
+  expect_data_error([&] { load_arrays(save("cut-f32", cut), yp); },
+                    {"cut-f32", "expected 24 bytes, found 23"});
+}
+
+TEST(IdxArraysReal, FashionMnistTestSplitMatchesFashionMnist) {
+  const std::string dir = kFashionMnistDir;
+  if (!std::filesystem::exists(dir + "/t10k-labels-idx1-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const auto fm = FashionMnist::load(dir, Split::kTest);
+  const auto ds =
+      load_arrays(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  ASSERT_EQ(ds->size(), fm->size());
+  EXPECT_EQ(ds->num_classes(), 10);
+  EXPECT_EQ(ds->sample_shape(), (Shape{28, 28}));
+  std::vector<float> a(784), b(784);
+  for (std::int64_t i : {std::int64_t{0}, std::int64_t{4321}, fm->size() - 1}) {
+    EXPECT_EQ(ds->label(i), fm->label(i));
+    ds->decode_float(i, a.data());
+    fm->decode_float(i, b.data());
+    EXPECT_EQ(a, b);
+  }
 }
 
 }  // namespace

@@ -262,20 +262,19 @@ TEST(Sequential, SummaryAndConfig) {
 }
 
 TEST(Models, SpecRoundTripAndFactory) {
-  ModelSpec spec;
-  spec.name = "gru-words";
-  spec.vocab = 50;
-  spec.num_classes = 3;
-  spec.max_len = 9;
+  const ModelSpec spec =
+      ModelSpec::builtin("gru-words").bind({{9}, DType::kInt32, /*outputs=*/3, /*vocab=*/50});
   const ModelSpec back = ModelSpec::from_json(spec.to_json());
   EXPECT_EQ(back.to_json(), spec.to_json());
+  EXPECT_TRUE(back.bound());
   Sequential words = make_model(back, DType::kFloat32, Device::cpu(), 2);
   EXPECT_EQ(words.output_shape(), (Shape{3}));
   EXPECT_EQ(words.input_shape(), (Shape{9}));
   EXPECT_EQ(make_model("cnn").parameter_count(), 3274634);
   EXPECT_EQ(make_model("gru-rows").output_shape(), (Shape{10}));
   EXPECT_THROW(make_model("resnet"), InvalidArgument);
-  EXPECT_THROW(make_model("gru-words"), InvalidArgument);  // needs a vocabulary
+  EXPECT_THROW(make_model("gru-words"), InvalidArgument);                      // needs a vocabulary
+  EXPECT_THROW(make_model(ModelSpec::builtin("gru-words")), InvalidArgument);  // not bound
   EXPECT_THROW(ModelSpec::from_json({{"name", "gru-words"}}), InvalidArgument);
   EXPECT_THROW(ModelSpec::from_json({{"name", "cnn"}, {"num_classes", "ten"}}), InvalidArgument);
   EXPECT_THROW(ModelSpec::from_json(nlohmann::json::array()), InvalidArgument);

@@ -183,11 +183,87 @@ std::string type_name(unsigned t) {
   }
 }
 
+int idx_element_size(unsigned t) {
+  switch (t) {
+    case 0x0B:
+      return 2;
+    case 0x0C:
+    case 0x0D:
+      return 4;
+    case 0x0E:
+      return 8;
+    default:
+      return 1;
+  }
+}
+
 }  // namespace
+
+bool is_gzip(std::span<const std::uint8_t> file) {
+  return file.size() >= 2 && file[0] == 0x1f && file[1] == 0x8b;
+}
+
+bool is_idx(std::span<const std::uint8_t> file) {
+  return file.size() >= 4 && file[0] == 0 && file[1] == 0 &&
+         (file[2] == 0x08 || !type_name(file[2]).empty());
+}
+
+std::vector<std::uint8_t> gunzip(std::span<const std::uint8_t> file, const std::string& name,
+                                 std::uint64_t max_bytes) {
+  MIRROR_CHECK(is_gzip(file), DataError,
+               name +
+                   ": not gzip (it does not start with the gzip magic 1f 8b); rename the "
+                   "file without .gz if it is not compressed");
+  GzipSource src(file, name);
+  std::vector<std::uint8_t> out;
+  // The buffer doubles from 64 KiB up to 64 MiB steps: small files stay cheap and the length
+  // trailer is never trusted for an allocation.
+  for (std::size_t chunk = 64u << 10;; chunk = std::min<std::size_t>(2 * chunk, 64u << 20)) {
+    const std::size_t at = out.size();
+    out.resize(at + chunk);
+    const std::size_t k = src.read(out.data() + at, chunk);
+    out.resize(at + k);
+    MIRROR_CHECK(out.size() <= max_bytes, DataError,
+                 name + ": inflates to more than " + std::to_string(max_bytes) + " bytes");
+    if (k < chunk) break;
+  }
+  src.expect_end();
+  return out;
+}
+
+NumericArray idx_to_numeric(IdxArray array) {
+  NumericArray out;
+  out.shape = std::move(array.dims);
+  switch (array.type) {
+    case 0x09:
+      out.type = ElementType::kInt8;
+      break;
+    case 0x0B:
+      out.type = ElementType::kInt16;
+      break;
+    case 0x0C:
+      out.type = ElementType::kInt32;
+      break;
+    case 0x0D:
+      out.type = ElementType::kFloat32;
+      break;
+    case 0x0E:
+      out.type = ElementType::kFloat64;
+      break;
+    default:
+      out.type = ElementType::kUInt8;
+  }
+  const int size = element_size(out.type);
+  for (std::size_t i = 0; size > 1 && i + size <= array.bytes.size(); i += size)
+    std::reverse(array.bytes.begin() + static_cast<std::ptrdiff_t>(i),
+                 array.bytes.begin() + static_cast<std::ptrdiff_t>(i + size));
+  out.bytes = std::move(array.bytes);
+  return out;
+}
 
 IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
                    const IdxLimits& limits) {
-  const bool gzip = file.size() >= 2 && file[0] == 0x1f && file[1] == 0x8b;
+  const bool gzip = is_gzip(file);
   std::unique_ptr<ByteSource> src;
   if (gzip)
     src = std::make_unique<GzipSource>(file, name);
@@ -204,7 +280,7 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
   MIRROR_CHECK(magic[2] == 0x08 || !type_name(magic[2]).empty(), DataError,
                name + ": wrong IDX magic " + found + " (unknown element type 0x" + hex2(magic[2]) +
                    "); not an IDX file");
-  MIRROR_CHECK(magic[2] == 0x08, DataError,
+  MIRROR_CHECK(magic[2] == 0x08 || limits.any_type, DataError,
                name + ": IDX element type " + type_name(magic[2]) + " (0x" + hex2(magic[2]) +
                    ") is not supported; expected unsigned bytes (0x08)");
   const int rank = magic[3];
@@ -215,7 +291,8 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
   std::uint8_t raw_dims[4 * 255];
   read_exact(*src, raw_dims, 4 * static_cast<std::size_t>(rank), name, "IDX dimensions");
   IdxArray out;
-  std::uint64_t total = 1;
+  out.type = magic[2];
+  std::uint64_t total = idx_element_size(out.type);
   std::string dims_text;
   for (int i = 0; i < rank; ++i) {
     const std::uint8_t* p = raw_dims + 4 * i;
@@ -226,11 +303,11 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
     MIRROR_CHECK(
         d > 0, DataError,
         name + ": IDX dimension " + std::to_string(i) + " is zero; the file holds no data");
-    // total <= max_bytes < 2^32 and d < 2^32, so the product cannot overflow 64 bits.
-    total *= d;
-    MIRROR_CHECK(total <= limits.max_bytes, DataError,
+    // total <= max_bytes before the multiplication; the division guards the 64-bit product.
+    MIRROR_CHECK(d <= UINT64_MAX / total && total * d <= limits.max_bytes, DataError,
                  name + ": IDX header dimensions " + dims_text + "... describe more than " +
                      std::to_string(limits.max_bytes) + " bytes; the header is corrupt");
+    total *= d;
   }
   read_payload(*src, out.bytes, total, name, "IDX payload (dimensions " + dims_text + ")");
   src->expect_end();
@@ -251,10 +328,10 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::st
 }
 
 std::vector<std::uint8_t> encode_idx(const std::vector<std::int64_t>& dims,
-                                     std::span<const std::uint8_t> payload) {
+                                     std::span<const std::uint8_t> payload, std::uint8_t type) {
   MIRROR_CHECK(!dims.empty() && dims.size() < 256, InvalidArgument,
                "encode_idx: rank must be 1..255");
-  std::vector<std::uint8_t> out = {0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};
+  std::vector<std::uint8_t> out = {0, 0, type, static_cast<std::uint8_t>(dims.size())};
   for (auto d : dims) {
     MIRROR_CHECK(d >= 0 && d <= std::numeric_limits<std::uint32_t>::max(), InvalidArgument,
                  "encode_idx: dimension " + std::to_string(d) + " does not fit 32 bits");

@@ -1,4 +1,4 @@
-// The reference models and the factory by name.
+// make_model (a bound ModelSpec -> Sequential) and the reference models as built-in specs.
 #include "mirror/nn/models.h"
 
 #include "mirror/nn/layers.h"
@@ -6,81 +6,84 @@
 
 namespace mirror::nn {
 
-Sequential make_cnn(DType dtype, Device device, std::uint64_t seed, int num_classes) {
+using nlohmann::json;
+
+namespace {
+
+int as_int(const json& j) { return static_cast<int>(j.get<std::int64_t>()); }
+
+Padding as_padding(const json& j) { return j == "same" ? Padding::kSame : Padding::kValid; }
+
+/// One canonical layer (already validated by the parser and bind) as a Layer.
+std::unique_ptr<Layer> make_layer(const json& l) {
+  const std::string type = l["type"].get<std::string>();
+  if (type == "conv2d") {
+    return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
+                                    as_int(l["kernel"][1]), as_int(l["strides"][0]),
+                                    as_padding(l["padding"]), parse_activation(l["activation"]));
+  }
+  if (type == "maxpool2d") {
+    return std::make_unique<MaxPool2D>(as_int(l["pool"][0]), as_int(l["strides"][0]),
+                                       as_padding(l["padding"]));
+  }
+  if (type == "flatten") return std::make_unique<Flatten>();
+  if (type == "dense") {
+    return std::make_unique<Dense>(as_int(l["units"]), parse_activation(l["activation"]));
+  }
+  if (type == "dropout") return std::make_unique<Dropout>(l["rate"].get<double>());
+  if (type == "embedding") {
+    return std::make_unique<Embedding>(l["input_dim"].get<std::int64_t>(), as_int(l["output_dim"]));
+  }
+  if (type == "masking") return std::make_unique<Masking>();
+  if (type == "gru") return std::make_unique<GRU>(as_int(l["units"]), l["return_sequences"]);
+  if (type == "activation")
+    return std::make_unique<ActivationLayer>(parse_activation(l["activation"]));
+  throw InvalidArgument("make_model: unknown canonical layer " + l.dump());
+}
+
+DataShape image_data(const std::string& name, int num_classes) {
+  DataShape d;
+  d.sample_shape = name == "cnn" ? Shape{1, 28, 28} : Shape{28, 28};
+  d.outputs = num_classes;
+  return d;
+}
+
+}  // namespace
+
+Sequential make_model(const ModelSpec& bound, DType dtype, Device device, std::uint64_t seed) {
+  MIRROR_CHECK(bound.bound(), InvalidArgument,
+               "make_model: model '" + bound.name() +
+                   "' is not bound to data; call spec.bind(DataShape{...}) first");
   Sequential m;
-  m.emplace<Conv2D>(32, 5, 5, 1, Padding::kSame, Activation::kRelu)
-      .emplace<MaxPool2D>(2, 2, Padding::kValid)
-      .emplace<Conv2D>(64, 5, 5, 1, Padding::kSame, Activation::kRelu)
-      .emplace<MaxPool2D>(2, 2, Padding::kValid)
-      .emplace<Flatten>()
-      .emplace<Dense>(1024, Activation::kRelu)
-      .emplace<Dropout>(0.4)
-      .emplace<Dense>(num_classes);
-  m.build({1, 28, 28}, seed, dtype, device);
+  for (const json& l : bound.layers()) m.add(make_layer(l));
+  m.build(bound.input_shape(), seed, dtype, device);
   return m;
 }
 
+Sequential make_model(const std::string& name, DType dtype, Device device, std::uint64_t seed) {
+  MIRROR_CHECK(name == "cnn" || name == "gru-rows", InvalidArgument,
+               "make_model(\"" + name +
+                   "\"): this shorthand builds cnn or gru-rows for 28x28 "
+                   "images; use make_model(ModelSpec::builtin(name).bind(DataShape{...}))");
+  return make_model(ModelSpec::builtin(name).bind(image_data(name, 10)), dtype, device, seed);
+}
+
+Sequential make_cnn(DType dtype, Device device, std::uint64_t seed, int num_classes) {
+  return make_model(ModelSpec::builtin("cnn").bind(image_data("cnn", num_classes)), dtype, device,
+                    seed);
+}
+
 Sequential make_row_gru(DType dtype, Device device, std::uint64_t seed, int num_classes) {
-  Sequential m;
-  m.emplace<GRU>(64).emplace<Dense>(num_classes);
-  m.build({28, 28}, seed, dtype, device);
-  return m;
+  return make_model(ModelSpec::builtin("gru-rows").bind(image_data("gru-rows", num_classes)), dtype,
+                    device, seed);
 }
 
 Sequential make_word_gru(std::int64_t vocab, int num_classes, int max_len, DType dtype,
                          Device device, std::uint64_t seed) {
   MIRROR_CHECK(max_len > 0, InvalidArgument,
                "make_word_gru: max_len must be positive, got " + std::to_string(max_len));
-  Sequential m;
-  m.emplace<Masking>().emplace<Embedding>(vocab, 32).emplace<GRU>(64).emplace<Dense>(num_classes);
-  m.build({max_len}, seed, dtype, device);
-  return m;
-}
-
-nlohmann::json ModelSpec::to_json() const {
-  nlohmann::json j = {{"name", name}, {"num_classes", num_classes}};
-  if (name == "gru-words") {
-    j["vocab"] = vocab;
-    j["max_len"] = max_len;
-  }
-  return j;
-}
-
-ModelSpec ModelSpec::from_json(const nlohmann::json& json) {
-  MIRROR_CHECK(json.is_object() && json.contains("name") && json["name"].is_string(),
-               InvalidArgument,
-               "model spec must be an object with a string \"name\", got " + json.dump());
-  ModelSpec s;
-  try {
-    s.name = json["name"].get<std::string>();
-    s.num_classes = json.value("num_classes", s.num_classes);
-    s.vocab = json.value("vocab", s.vocab);
-    s.max_len = json.value("max_len", s.max_len);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument("model spec " + json.dump() + ": " + e.what());
-  }
-  MIRROR_CHECK(s.name == "cnn" || s.name == "gru-rows" || s.name == "gru-words", InvalidArgument,
-               "unknown model '" + s.name + "': expected cnn, gru-rows or gru-words");
-  MIRROR_CHECK(s.num_classes >= 2, InvalidArgument,
-               "model spec: num_classes must be >= 2, got " + std::to_string(s.num_classes));
-  MIRROR_CHECK(s.name != "gru-words" || (s.vocab >= 2 && s.max_len > 0), InvalidArgument,
-               "model spec gru-words needs vocab >= 2 and max_len > 0, got " + json.dump());
-  return s;
-}
-
-Sequential make_model(const ModelSpec& spec, DType dtype, Device device, std::uint64_t seed) {
-  const ModelSpec s = ModelSpec::from_json(spec.to_json());  // one validation path
-  if (s.name == "cnn") return make_cnn(dtype, device, seed, s.num_classes);
-  if (s.name == "gru-rows") return make_row_gru(dtype, device, seed, s.num_classes);
-  return make_word_gru(s.vocab, s.num_classes, s.max_len, dtype, device, seed);
-}
-
-Sequential make_model(const std::string& name, DType dtype, Device device, std::uint64_t seed) {
-  MIRROR_CHECK(name != "gru-words", InvalidArgument,
-               "make_model(\"gru-words\") needs a vocabulary size: use make_model(ModelSpec{...})");
-  ModelSpec spec;
-  spec.name = name;
-  return make_model(spec, dtype, device, seed);
+  DataShape d{{max_len}, DType::kInt32, num_classes, vocab};
+  return make_model(ModelSpec::builtin("gru-words").bind(d), dtype, device, seed);
 }
 
 }  // namespace mirror::nn

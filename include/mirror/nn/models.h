@@ -1,10 +1,11 @@
-// defines: the three reference models (the TensorFlow-tutorial CNN, a GRU over image rows, a
-// GRU over words), each built in one line, and a factory by name with a JSON spec that
-// checkpoints store to rebuild the same architecture.
+// defines: ModelSpec, a Sequential model described as data (a JSON layer list in Mirror's or
+// Keras's field names), the DataShape it is bound to, and make_model, which builds it. The
+// reference models (cnn, gru-rows, gru-words) are built-in specs; see docs/model-spec.md.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,41 +13,86 @@
 
 namespace mirror::nn {
 
-/// The CNN of the TensorFlow "layers" tutorial, for [1, 28, 28] images:
+/// What the data determines about a model.
+struct DataShape {
+  Shape sample_shape;                   // one sample, e.g. [1,28,28], [28,28], [max_len]
+  DType input_dtype = DType::kFloat32;  // kInt32 for token ids
+  std::int64_t outputs = 0;             // classes (class labels) or target elements (float targets)
+  std::int64_t vocab = 0;               // token data only
+};
+
+/// A Sequential layer list. Parsing validates every layer and field and normalises it to
+/// Mirror's canonical form (to_json()); bind() fills what the data decides; make_model builds it.
+/// Errors are InvalidArgument (DataError for an unreadable file) naming the source, the layer
+/// index and type, the field, what was found and what is supported.
+class ModelSpec {
+ public:
+  ModelSpec() = default;
+
+  /// A spec shipped with the library (embedded from examples/models/*.json at build time):
+  /// "cnn", "gru-rows", "gru-words", "cnn-stride2". InvalidArgument listing them otherwise.
+  static ModelSpec builtin(const std::string& name);
+  static std::vector<std::string> builtin_names();
+  /// Reads a JSON file: Mirror's format, a Keras Sequential.to_json(), or a bare layer list.
+  /// name() becomes the file's stem.
+  static ModelSpec from_file(const std::string& path);
+  /// Accepts everything from_file does, to_json()'s output (checkpoints), and the legacy
+  /// {"name": "cnn" | "gru-rows" | "gru-words", "num_classes", "vocab", "max_len"} (bound).
+  /// `source` names the JSON in error messages.
+  static ModelSpec from_json(const nlohmann::json& json, const std::string& source = "model spec");
+
+  /// Canonical form: {"name", "input_shape" (when stated or bound), "layers": [...]} with
+  /// Mirror's field names and every default written out. from_json(to_json()) is the identity.
+  nlohmann::json to_json() const;
+
+  /// Fills what the spec leaves to the data (input shape, the Embedding's input_dim = vocab, the
+  /// last Dense's units = outputs) and checks what it states (InvalidArgument naming both
+  /// values), then checks every layer's input shape and that the model outputs [outputs].
+  ModelSpec bind(const DataShape& data) const;
+  bool bound() const { return bound_; }
+
+  /// The builtin name, the file's stem, or the "name" of the JSON.
+  const std::string& name() const { return name_; }
+  /// Canonical layers ({"type": ..., fields...}), in order.
+  const nlohmann::json& layers() const { return layers_; }
+  /// The input shape without batch (NCHW for images); -1 for a dimension left open. Empty when
+  /// neither stated nor bound.
+  const Shape& input_shape() const { return input_shape_; }
+
+ private:
+  std::string name_ = "model";
+  nlohmann::json layers_ = nlohmann::json::array();
+  Shape input_shape_;
+  bool bound_ = false;
+  std::vector<std::size_t> origin_;  // each layer's index in the parsed JSON (for messages)
+
+  friend struct ModelSpecParser;
+};
+
+/// Builds a bound spec (InvalidArgument otherwise), initialised from `seed`.
+Sequential make_model(const ModelSpec& bound, DType dtype = DType::kFloat32,
+                      Device device = Device::cpu(), std::uint64_t seed = 0);
+/// The built-in image models bound to Fashion-MNIST's shape and 10 classes:
+/// make_model("cnn") ([1,28,28]) / make_model("gru-rows") ([28,28]).
+Sequential make_model(const std::string& name, DType dtype = DType::kFloat32,
+                      Device device = Device::cpu(), std::uint64_t seed = 0);
+
+/// The CNN of the TensorFlow "layers" tutorial (builtin "cnn") for [1, 28, 28] images:
 ///   Conv2D(32, 5x5, same, relu) -> MaxPool 2x2 -> Conv2D(64, 5x5, same, relu) -> MaxPool 2x2
 ///   -> Flatten -> Dense(1024, relu) -> Dropout(0.4) -> Dense(num_classes)
 /// 3,274,634 parameters for 10 classes.
 Sequential make_cnn(DType dtype = DType::kFloat32, Device device = Device::cpu(),
                     std::uint64_t seed = 0, int num_classes = 10);
 
-/// A 28x28 image read as 28 steps of 28 features: [28, 28] -> GRU(64) -> Dense(num_classes).
+/// Builtin "gru-rows": a 28x28 image read as 28 steps of 28 features: GRU(64) -> Dense.
 Sequential make_row_gru(DType dtype = DType::kFloat32, Device device = Device::cpu(),
                         std::uint64_t seed = 0, int num_classes = 10);
 
-/// Word classifier over padded int32 ids [max_len] (0 = padding, trailing):
+/// Builtin "gru-words": padded int32 ids [max_len] (0 = padding, trailing):
 ///   Masking -> Embedding(vocab, 32) -> GRU(64) -> Dense(num_classes)
 /// Batches may use any T (Embedding and GRU accept it); max_len is the built/summary length.
 Sequential make_word_gru(std::int64_t vocab, int num_classes, int max_len = 32,
                          DType dtype = DType::kFloat32, Device device = Device::cpu(),
                          std::uint64_t seed = 0);
-
-/// What identifies a reference model's architecture (stored in checkpoints).
-struct ModelSpec {
-  std::string name = "cnn";  // "cnn", "gru-rows" or "gru-words"
-  int num_classes = 10;
-  std::int64_t vocab = 0;  // gru-words only
-  int max_len = 32;        // gru-words only
-
-  nlohmann::json to_json() const;
-  /// Throws InvalidArgument for an unknown name, missing vocab for gru-words, or bad values.
-  static ModelSpec from_json(const nlohmann::json& json);
-};
-
-/// Builds the model a spec names, initialised from `seed`.
-Sequential make_model(const ModelSpec& spec, DType dtype = DType::kFloat32,
-                      Device device = Device::cpu(), std::uint64_t seed = 0);
-/// Shorthand for the image models: make_model("cnn") / make_model("gru-rows").
-Sequential make_model(const std::string& name, DType dtype = DType::kFloat32,
-                      Device device = Device::cpu(), std::uint64_t seed = 0);
 
 }  // namespace mirror::nn

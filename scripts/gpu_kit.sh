@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Packs the GPU bring-up kit: Mirror built with the CUDA backend plus every runtime library a
+# bare GPU machine lacks (oneDNN, Open MPI with its helper programs and plugins, PMIx, hwloc,
+# Boost.Program_options, libgomp, ...), so that `bash .gpukit/gpu_check.sh OUTDIR` there builds
+# nothing and installs nothing. See docs/gpu-kit.md.
+#
+#   scripts/gpu_kit.sh [--build-dir DIR] [--kit DIR] [--no-build]
+#
+#   --build-dir DIR  the CUDA build to pack (default build-gpukit; configured and built here
+#                    when missing: Release, -DMIRROR_CUDA=ON, CMAKE_CUDA_ARCHITECTURES 80;90)
+#   --kit DIR        where the kit goes (default .gpukit, ignored by git); replaced
+#   --no-build       pack what DIR already holds (fails when something is missing)
+#
+# The kit: gpu_check.sh, README.txt, BUILD_INFO.txt and mirror-kit.tar.gz (programs, gpu test
+# binaries, lib/, the relocatable Open MPI under ompi/, launch/mirrorrun, bench/step_torch.py,
+# MANIFEST.txt). The tarball keeps the kit under the device tool's 64 MiB carry limit (oneDNN
+# alone is 38 MiB); gpu_check.sh unpacks it into a private folder, never over /.
+# Never carried: libcuda (the driver's), and cuDNN, NCCL, cuBLAS and the CUDA runtime, which
+# gpu_check.sh finds on the GPU machine (its pip wheels and CUDA toolkit) by path at run time.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$root/build-gpukit" kit="$root/.gpukit" do_build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build="$(realpath -m "${2:?--build-dir needs a folder}")"; shift 2 ;;
+    --kit) kit="$(realpath -m "${2:?--kit needs a folder}")"; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_kit: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+die() { echo "gpu_kit: $*" >&2; exit 1; }
+trap 'echo "gpu_kit: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+limit_mib=64
+programs=(mirror-train mirror-bench mirror-doctor)
+gpu_tests=()
+for src in "$root"/tests/gpu/*_test.cpp; do gpu_tests+=("$(basename "$src" .cpp)"); done
+# The GPU machine brings these (pip wheels / CUDA toolkit / driver): never carried.
+gpu_side='^(libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libcudnn[a-z_]*\.so|libnccl\.so|libnvrtc|libnvJitLink|libnvidia-)'
+# Every Linux has these, and newer is compatible: not carried (libstdc++/libgcc_s go to
+# lib/fallback/, used only when the machine's own are too old).
+system_libs='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil)\.so'
+fallback_libs='^(libstdc\+\+|libgcc_s)\.so'
+# What this build links, and what the GPU machine's wheels provide (KINDS.md: nvidia-cudnn-cu13,
+# nvidia-nccl-cu13, nvidia-cublas and nvidia-cuda-runtime for CUDA 13).
+expected_sonames=(libcudnn.so.9 libnccl.so.2 libcublas.so.13 libcudart.so.13)
+
+# ---------------------------------------------------------------- build
+has_cuda() { readelf -d "$1" 2>/dev/null | grep -q 'NEEDED.*libcudart\.so'; }
+if ((do_build)); then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    echo "gpu_kit: configuring $build (Release, CUDA backend, sm_80 + sm_90)"
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIRROR_CUDA=ON \
+      "-DCMAKE_CUDA_ARCHITECTURES=80;90" >/dev/null
+  fi
+  echo "gpu_kit: building ${programs[*]} ${gpu_tests[*]} in $build"
+  cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${programs[@]}" "${gpu_tests[@]}" >/dev/null
+fi
+for p in "${programs[@]}"; do [ -x "$build/bin/$p" ] || die "$build/bin/$p is missing (build it, or drop --no-build)"; done
+for t in "${gpu_tests[@]}"; do [ -x "$build/tests/$t" ] || die "$build/tests/$t is missing (build it, or drop --no-build)"; done
+has_cuda "$build/bin/mirror-doctor" ||
+  die "$build has no CUDA backend (mirror-doctor does not link libcudart): configure it with -DMIRROR_CUDA=ON on a machine with nvcc, cuDNN and NCCL"
+
+# ---------------------------------------------------------------- stage
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+tree="$stage/mirror-kit"
+mkdir -p "$tree"/{bin,tests,lib/fallback,launch,bench,scripts}
+manifest="$tree/MANIFEST.txt"
+: >"$manifest"
+carry() {  # carry SOURCE DEST: copies the file the path resolves to, records where it came from
+  mkdir -p "$(dirname "$2")"
+  cp -L "$1" "$2"
+  echo "${2#"$tree"/} <- $(realpath "$1")" >>"$manifest"
+}
+for p in "${programs[@]}"; do carry "$build/bin/$p" "$tree/bin/$p"; done
+for t in "${gpu_tests[@]}"; do carry "$build/tests/$t" "$tree/tests/$t"; done
+carry "$root/launch/mirrorrun" "$tree/launch/mirrorrun"
+carry "$root/bench/step_torch.py" "$tree/bench/step_torch.py"
+carry "$root/scripts/gpu_check.sh" "$tree/scripts/gpu_check.sh"
+
+# ---- Open MPI, relocatable through OPAL_PREFIX (Debian's layout under ompi/)
+mpirun_path="$(command -v mpirun || true)"
+[ -n "$mpirun_path" ] || die "mpirun not found: install openmpi-bin (scripts/setup.sh)"
+ompi_info --path prefix 2>/dev/null | grep -q 'Prefix: /usr$' ||
+  die "expected Debian's Open MPI (prefix /usr); found: $(ompi_info --path prefix 2>&1 | head -1)"
+ompi_pkglib="$(ompi_info --path pkglibdir | sed -n 's/.*Pkglibdir: //p' | head -1)"
+ompi_pkgdata="$(ompi_info --path pkgdatadir | sed -n 's/.*Pkgdatadir: //p' | head -1)"
+omp="$tree/ompi"
+for b in orterun orted ompi_info; do carry "/usr/bin/$b" "$omp/bin/$b"; done
+ln -s orterun "$omp/bin/mpirun"
+ln -s orterun "$omp/bin/mpiexec"
+for f in "$ompi_pkglib"/*.so; do carry "$f" "$omp/${ompi_pkglib#/usr/}/$(basename "$f")"; done
+for f in "$ompi_pkgdata"/*; do [ -f "$f" ] && carry "$f" "$omp/${ompi_pkgdata#/usr/}/$(basename "$f")"; done
+# PMIx (external to Debian's Open MPI 4.1): its plugins and help files, found through
+# PMIX_INSTALL_PREFIX at run time.
+pmix_lib="$(realpath /usr/lib/x86_64-linux-gnu/libpmix.so.2 2>/dev/null || true)"
+if [ -n "$pmix_lib" ]; then
+  pmix_prefix="$(dirname "$(dirname "$pmix_lib")")"  # .../pmix2
+  while IFS= read -r f; do
+    carry "$f" "$omp/${pmix_prefix#/usr/}/${f#"$pmix_prefix"/}"
+  done < <(find "$pmix_prefix" -type f \( -name '*.so' -o -name '*.txt' \) ! -name 'lib*.so*')
+fi
+
+# ---- shared libraries: the closure of every ELF file above, by SONAME
+needed_cuda="$stage/cuda-needed.txt"
+: >"$needed_cuda"
+collect_libs() {
+  local elf line name path
+  while IFS= read -r elf; do
+    while IFS= read -r line; do
+      name="${line%% *}"
+      path="$(echo "$line" | sed -n 's/.*=> \(\/[^ ]*\) (.*/\1/p')"
+      if [[ "$name" =~ $gpu_side ]]; then echo "$name" >>"$needed_cuda"; continue; fi
+      [[ "$name" =~ $system_libs ]] && continue
+      if [[ "$line" == *"not found"* ]]; then die "$elf needs $name, which is not installed here"; fi
+      [ -n "$path" ] || continue
+      if [[ "$name" =~ $fallback_libs ]]; then
+        [ -f "$tree/lib/fallback/$name" ] || carry "$path" "$tree/lib/fallback/$name"
+      elif [ ! -f "$tree/lib/$name" ]; then
+        carry "$path" "$tree/lib/$name"
+      fi
+    done < <(ldd "$elf" 2>/dev/null | sed 's/^[[:space:]]*//' | grep -v '^statically' || true)
+  done < <(find "$tree/bin" "$tree/tests" "$omp" -type f -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print)
+}
+collect_libs
+
+# ---- SONAME check against the GPU machine's wheels
+sort -u -o "$needed_cuda" "$needed_cuda"
+soname_report="$stage/sonames.txt"
+{
+  echo "CUDA-side libraries the kit loads from the GPU machine (ldd closure of bin/ and tests/):"
+  sed 's/^/  /' "$needed_cuda"
+  status="match"
+  for s in "${expected_sonames[@]}"; do
+    if ! grep -qx "$s" "$needed_cuda"; then
+      echo "  DIFFERS: the GPU machine provides $s (KINDS.md wheels) but this build does not link it;"
+      echo "           it links: $(grep -E "^${s%%.so*}\.so" "$needed_cuda" | tr '\n' ' ')"
+      status="DIFFER"
+    fi
+  done
+  while IFS= read -r s; do
+    case "$s" in libcuda.so.1|libcublasLt.so.13|libnvrtc*|libnvJitLink*) continue ;; esac
+    printf '%s\n' "${expected_sonames[@]}" | grep -qx "$s" ||
+      { echo "  DIFFERS: the build also needs $s, which is not among the expected wheels"; status="DIFFER"; }
+  done <"$needed_cuda"
+  echo "SONAMEs vs the GPU machine's wheels (${expected_sonames[*]}): $status"
+} >"$soname_report"
+
+# ---- what was built against (for the run-time comparison in gpu_check.sh)
+header_define() { grep -h "#define $2 " "$1" 2>/dev/null | awk '{print $3}' | head -1; }
+nvcc_path="$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+[ -x "$nvcc_path" ] || nvcc_path="$(command -v nvcc || echo nvcc)"
+cuda_inc="$(dirname "$nvcc_path")/../include"
+cudnn_h="$(sed -n 's/^CUDNN_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/cudnn_version.h"
+nccl_h="$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/nccl.h"
+{
+  echo "mirror commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(uname -m)"
+  echo "build: $build ($(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt"))"
+  # The targets nvcc was given (the cache may not name them when CMakeLists.txt chose them).
+  archs="$(grep -o -E 'sm_[0-9]+a?' "$build/build.ninja" 2>/dev/null | sort -u | tr '\n' ' ' || true)"
+  echo "cuda architectures: ${archs:-unknown}"
+  echo "nvcc: $("$nvcc_path" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+  echo "cuda runtime compiled: $(header_define "$cuda_inc/cuda_runtime_api.h" CUDART_VERSION)"
+  echo "cublas compiled: $(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MAJOR).$(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MINOR)"
+  echo "cudnn compiled: $(header_define "$cudnn_h" CUDNN_MAJOR).$(header_define "$cudnn_h" CUDNN_MINOR).$(header_define "$cudnn_h" CUDNN_PATCHLEVEL)"
+  echo "nccl compiled: $(header_define "$nccl_h" NCCL_MAJOR).$(header_define "$nccl_h" NCCL_MINOR).$(header_define "$nccl_h" NCCL_PATCH)"
+  echo "open mpi: $(ompi_info --version 2>/dev/null | head -1)"
+  echo "glibc needed: $(objdump -T "$tree"/bin/* "$tree"/tests/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)"
+  echo "libstdc++ needed: $(objdump -T "$tree"/bin/* "$tree"/tests/* 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -Vu | tail -1)"
+  cat "$soname_report"
+} >"$tree/BUILD_INFO.txt"
+
+# ---------------------------------------------------------------- pack
+rm -rf "$kit"
+mkdir -p "$kit"
+tar -C "$stage" -czf "$kit/mirror-kit.tar.gz" mirror-kit
+cp "$root/scripts/gpu_check.sh" "$kit/gpu_check.sh"
+cp "$tree/BUILD_INFO.txt" "$kit/BUILD_INFO.txt"
+cat >"$kit/README.txt" <<'EOF'
+Mirror GPU bring-up kit (made by scripts/gpu_kit.sh; docs/gpu-kit.md).
+On the GPU machine, from the repository root:   bash .gpukit/gpu_check.sh "$OUT"
+(device tool: carry [".gpukit"]). It unpacks mirror-kit.tar.gz into a private folder, finds
+cuDNN/NCCL/cuBLAS/cudart in the python wheels and the CUDA toolkit, and runs every check it
+can; OUTDIR gets summary.txt, all.log and logs.tar.gz. Exit 0 = everything that could run passed.
+EOF
+
+unpacked_kib="$(du -sk "$tree" | cut -f1)"
+kit_bytes="$(du -sb "$kit" | cut -f1)"
+kit_mib="$(awk -v b="$kit_bytes" 'BEGIN {printf "%.1f", b / 1048576}')"
+cat "$soname_report"
+echo "gpu_kit: $(grep -c . "$manifest") files carried ($(find "$tree/lib" -name '*.so*' | wc -l) libraries, $((unpacked_kib / 1024)) MiB unpacked)"
+echo "gpu_kit: kit $kit: $kit_mib MiB (limit $limit_mib MiB)"
+((kit_bytes <= limit_mib * 1048576)) || die "the kit is $kit_mib MiB, over the $limit_mib MiB limit"
+echo "gpu_kit: on the GPU machine: bash ${kit#"$root"/}/gpu_check.sh \"\$OUT\"   (device tool: carry [\"${kit#"$root"/}\"])"

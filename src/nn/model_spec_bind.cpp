@@ -1,0 +1,160 @@
+// ModelSpec::bind: fills what the data decides, checks what the spec states, and walks the
+// layer shapes so a mismatch is reported with the layer's index before anything is built.
+#include "mirror/nn/models.h"
+#include "mirror/ops.h"
+
+namespace mirror::nn {
+
+using nlohmann::json;
+
+namespace {
+
+struct Walk {
+  std::string where;  // "model 'cnn': layer 3 (dense)"
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InvalidArgument(where + ": " + what);
+  }
+  void expect_rank(const Shape& s, std::size_t rank, const std::string& what,
+                   const std::string& hint) const {
+    if (s.size() != rank) fail("expects " + what + ", got " + shape_str(s) + hint);
+  }
+};
+
+std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t stride, bool same) {
+  if (same) return (in + stride - 1) / stride;  // TensorFlow: ceil(in / stride)
+  return in < k ? 0 : (in - k) / stride + 1;
+}
+
+}  // namespace
+
+ModelSpec ModelSpec::bind(const DataShape& data) const {
+  const std::string model = "model '" + name_ + "'";
+  ModelSpec out = *this;
+  const bool have_data = !data.sample_shape.empty();
+  Shape s = input_shape_;
+  if (have_data) {
+    for (auto d : data.sample_shape) {
+      MIRROR_CHECK(d > 0, InvalidArgument,
+                   model + ": the data's sample shape " + shape_str(data.sample_shape) +
+                       " has a non-positive dimension");
+    }
+    bool same = s.empty() || s.size() == data.sample_shape.size();
+    for (std::size_t i = 0; same && i < s.size(); ++i) {
+      same = s[i] < 0 || s[i] == data.sample_shape[i];
+    }
+    MIRROR_CHECK(same, InvalidArgument,
+                 model + ": the spec states input shape " + shape_str(s) +
+                     " (NCHW for images; -1 = any) but the data's samples are " +
+                     shape_str(data.sample_shape));
+    s = data.sample_shape;
+  } else {
+    bool known = !s.empty();
+    for (auto d : s) known = known && d > 0;
+    MIRROR_CHECK(known, InvalidArgument,
+                 model + ": the input shape is not stated (" + shape_str(s) +
+                     "): bind the spec to the data's sample shape");
+  }
+  out.input_shape_ = s;
+
+  std::size_t last_dense = out.layers_.size();
+  for (std::size_t i = 0; i < out.layers_.size(); ++i) {
+    if (out.layers_[i]["type"] == "dense") last_dense = i;
+  }
+  // Token ids until an embedding turns them into vectors. Without data, a spec whose first
+  // layer (masking aside) is an embedding reads ids.
+  bool ids = false;
+  if (have_data) {
+    ids = data.input_dtype == DType::kInt32;
+  } else {
+    for (const json& l : out.layers_) {
+      if (l["type"] == "masking") continue;
+      ids = l["type"] == "embedding";
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < out.layers_.size(); ++i) {
+    json& l = out.layers_[i];
+    const std::string type = l["type"].get<std::string>();
+    const std::size_t index = i < origin_.size() ? origin_[i] : i;
+    const Walk w{model + ": layer " + std::to_string(index) + " (" + type + ")"};
+    if (ids && type != "masking" && type != "embedding") {
+      w.fail("the input is int32 token ids " + shape_str(s) +
+             ", which only masking and embedding take: start the model with an embedding");
+    }
+    if (type == "masking") {
+      if (s.size() != 1 && s.size() != 2) {
+        w.fail("expects ids [T] or sequences [T, F], got " + shape_str(s));
+      }
+    } else if (type == "embedding") {
+      if (!ids) {
+        w.fail("expects int32 token ids [T], got " +
+               std::string(have_data ? dtype_name(data.input_dtype) : "float") + " " +
+               shape_str(s));
+      }
+      w.expect_rank(s, 1, "ids [T]", "");
+      if (!l.contains("input_dim")) {
+        if (data.vocab < 2) {
+          w.fail("field 'input_dim': not stated and the data gives no vocabulary (got " +
+                 std::to_string(data.vocab) + "); state input_dim or use token data");
+        }
+        l["input_dim"] = data.vocab;
+      } else if (data.vocab > l["input_dim"].get<std::int64_t>()) {
+        w.fail("field 'input_dim': the spec states " + l["input_dim"].dump() +
+               " but the data's vocabulary is " + std::to_string(data.vocab) +
+               " (ids must be < input_dim)");
+      }
+      s = {s[0], l["output_dim"].get<std::int64_t>()};
+      ids = false;
+    } else if (type == "conv2d" || type == "maxpool2d") {
+      w.expect_rank(s, 3, "an image [C, H, W] (NCHW)",
+                    s.size() == 2 ? " (a [H, W] sample needs a channel axis: [1, H, W])" : "");
+      const bool conv = type == "conv2d";
+      const auto k = l[conv ? "kernel" : "pool"];
+      const std::int64_t stride = l["strides"][0].get<std::int64_t>();
+      const bool same = l["padding"] == "same";
+      const std::int64_t oh = conv_out(s[1], k[0].get<std::int64_t>(), stride, same);
+      const std::int64_t ow = conv_out(s[2], k[1].get<std::int64_t>(), stride, same);
+      if (oh <= 0 || ow <= 0) {
+        w.fail("a " + k[0].dump() + "x" + k[1].dump() + " window does not fit the input " +
+               shape_str(s) + " with valid padding");
+      }
+      s = {conv ? l["filters"].get<std::int64_t>() : s[0], oh, ow};
+    } else if (type == "flatten") {
+      s = {shape_numel(s)};
+    } else if (type == "dense") {
+      w.expect_rank(s, 1, "a flat input [features]",
+                    s.size() > 1 ? " (add a flatten before it, or end a gru without "
+                                   "return_sequences)"
+                                 : "");
+      if (!l.contains("units")) {
+        if (data.outputs < 1) {
+          w.fail("field 'units': not stated and the data gives no output count");
+        }
+        l["units"] = data.outputs;
+      } else if (i == last_dense && data.outputs > 0 &&
+                 l["units"].get<std::int64_t>() != data.outputs) {
+        w.fail("field 'units': the spec states " + l["units"].dump() + " but the data has " +
+               std::to_string(data.outputs) + " outputs (classes or target elements)");
+      }
+      s = {l["units"].get<std::int64_t>()};
+    } else if (type == "gru") {
+      w.expect_rank(s, 2, "sequences [T, F]", "");
+      const auto units = l["units"].get<std::int64_t>();
+      s = l["return_sequences"].get<bool>() ? Shape{s[0], units} : Shape{units};
+    }
+    // dropout, activation: the shape passes through.
+  }
+  if (ids) {
+    throw InvalidArgument(model +
+                          ": the input is int32 token ids and no embedding turns them "
+                          "into vectors");
+  }
+  MIRROR_CHECK(data.outputs < 1 || s == Shape{data.outputs}, InvalidArgument,
+               model + ": the model outputs " + shape_str(s) + " per sample but the data needs [" +
+                   std::to_string(data.outputs) + "] (classes or target elements)");
+  out.bound_ = true;
+  return out;
+}
+
+}  // namespace mirror::nn

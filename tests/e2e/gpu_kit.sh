@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The GPU bring-up kit end to end, without a GPU: packs the kit from the given CUDA build
+# (scripts/gpu_kit.sh --no-build), checks it stays within the device tool's 64 MiB, copies it
+# into a fresh folder and runs its gpu_check.sh there. Where `unshare -m` works (root), the
+# system's copies of what the kit carries (Open MPI and its helpers and plugins, PMIx, oneDNN,
+# Boost, hwloc, libevent, ...) are hidden first, as on the GPU machine, so the run shows the
+# kit is complete. Checks: exit 0, the CPU steps passed (the kit's Open MPI and oneDNN work),
+# and without a GPU every GPU step was skipped with its reason and the GPU flags failed cleanly.
+# Usage: gpu_kit.sh BUILD_DIR (exit 77 = skipped: the build has no CUDA backend).
+set -euo pipefail
+build="$(realpath "${1:?usage: gpu_kit.sh BUILD_DIR}")"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+doctor="$build/bin/mirror-doctor"
+[[ -x "$doctor" ]] || { echo "SKIP: $doctor not built"; exit 77; }
+readelf -d "$doctor" 2>/dev/null | grep -q 'NEEDED.*libcudart' ||
+  { echo "SKIP: $build has no CUDA backend (built without nvcc/cuDNN/NCCL): nothing to pack"; exit 77; }
+for src in "$root"/tests/gpu/*_test.cpp; do
+  t="$build/tests/$(basename "$src" .cpp)"
+  [[ -x "$t" ]] || { echo "SKIP: $t not built"; exit 77; }
+done
+command -v mpirun >/dev/null || { echo "SKIP: Open MPI not installed (nothing to carry)"; exit 77; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# ---- mirror-bench's GPU options: bad values are refused by name; auto picks MPI without a GPU
+bench="$build/bin/mirror-bench"
+if "$bench" allreduce --backend tcp >"$work/bad.txt" 2>&1; then fail "--backend tcp was accepted"; fi
+grep -q "auto, mpi or nccl" "$work/bad.txt" || fail "bad --backend message: $(cat "$work/bad.txt")"
+if "$bench" train --devices tpu >"$work/bad.txt" 2>&1; then fail "--devices tpu was accepted"; fi
+grep -q "cpu or gpu" "$work/bad.txt" || fail "bad --devices message: $(cat "$work/bad.txt")"
+if ! "$doctor" --json | grep -q '"gpu": *true'; then
+  "$bench" allreduce -b 8 -e 64 -n 1 -w 0 -r 1 >"$work/auto.txt" 2>&1 || fail "$(cat "$work/auto.txt")"
+  grep -q "^# backend mpi (auto: rank 0: no usable GPU" "$work/auto.txt" ||
+    fail "--backend auto without a GPU does not say why it uses MPI: $(cat "$work/auto.txt")"
+fi
+
+# ---- pack
+bash "$root/scripts/gpu_kit.sh" --build-dir "$build" --no-build --kit "$work/kit" | tee "$work/pack.log"
+grep -q "^SONAMEs vs the GPU machine's wheels .*: match$" "$work/pack.log" ||
+  fail "the build's CUDA SONAMEs differ from the GPU machine's wheels (see above)"
+bytes="$(du -sb "$work/kit" | cut -f1)"
+((bytes <= 64 * 1048576)) || fail "the kit is $bytes bytes, over 64 MiB"
+grep -q "^gpu_kit: kit .*MiB (limit 64 MiB)$" "$work/pack.log" || fail "the kit's size is not printed"
+for f in gpu_check.sh mirror-kit.tar.gz BUILD_INFO.txt README.txt; do
+  [[ -s "$work/kit/$f" ]] || fail "the kit lacks $f"
+done
+tar -tzf "$work/kit/mirror-kit.tar.gz" >"$work/contents.txt"
+for f in bin/mirror-train bin/mirror-bench bin/mirror-doctor lib/libdnnl.so.2 lib/libmpi.so.40 \
+         ompi/bin/orted bench/step_torch.py launch/mirrorrun; do
+  grep -qx "mirror-kit/$f" "$work/contents.txt" || fail "the kit lacks $f"
+done
+if grep -E 'lib(cuda|cudart|cublas|cudnn|nccl)[^/]*\.so' "$work/contents.txt"; then
+  fail "the kit carries CUDA-side libraries the GPU machine provides"
+fi
+
+# ---- a fresh copy, run where the system's copies of what it carries are hidden
+cp -r "$work/kit" "$work/fresh"
+tar -xzOf "$work/kit/mirror-kit.tar.gz" mirror-kit/MANIFEST.txt >"$work/manifest.txt"
+carried='/(libmpi|libopen-|liboshmem|libmca_common|libpmix|libdnnl|libboost|libhwloc|libevent|libfabric|libuc[mpst]|libpsm|libinfinipath|libibverbs|librdmacm|libefa|libmunge|libgomp)[^/]*$'
+cat >"$work/hidden-run.sh" <<EOF
+set -e
+for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi /etc/openmpi; do
+  [ -d "\$d" ] && mount -t tmpfs none "\$d"
+done
+for f in \$(sed -n 's/.* <- //p' "$work/manifest.txt" | grep -E '$carried' | grep -v '^/usr/lib/x86_64-linux-gnu/\(openmpi\|pmix2\)/'; echo /usr/bin/orterun /usr/bin/orted /usr/bin/ompi_info); do
+  [ -f "\$f" ] && mount --bind /dev/null "\$f"
+done
+set +e
+exec bash "$work/fresh/gpu_check.sh" "$work/out"
+EOF
+hidden=0
+if unshare -m --propagation private true 2>/dev/null; then
+  hidden=1
+  echo "running gpu_check.sh with the system's Open MPI, PMIx, oneDNN, Boost, ... hidden"
+  set +e
+  unshare -m --propagation private bash "$work/hidden-run.sh"
+  rc=$?
+  set -e
+else
+  echo "NOTE: unshare -m is not permitted here; running gpu_check.sh without hiding the system's libraries"
+  set +e
+  bash "$work/fresh/gpu_check.sh" "$work/out"
+  rc=$?
+  set -e
+fi
+[[ "$rc" == 0 ]] || fail "gpu_check.sh exited $rc"
+
+# ---- what it did
+summary="$work/out/summary.txt"
+[[ -s "$summary" && -s "$work/out/all.log" && -s "$work/out/logs.tar.gz" ]] || fail "outputs missing"
+(($(find "$work/out" -type f | wc -l) <= 8)) || fail "more than 8 output files (the device tool returns 8)"
+for s in doctor cpu-allreduce-mpi-2ranks cpu-train-cnn; do
+  grep -q "^PASS  $s " "$summary" || fail "step $s did not pass: $(grep " $s " "$summary")"
+done
+grep -q -E "^(PASS|SKIP)  gpu-tests " "$summary" || fail "gpu tests: $(grep ' gpu-tests ' "$summary")"
+grep -q "^totals: .* 0 failed" "$summary" || fail "$(grep '^totals' "$summary")"
+if grep -q '^GPU: none usable' "$summary"; then
+  grep -q "^PASS  gpu-flags-refused " "$summary" || fail "the GPU flags did not fail cleanly without a GPU"
+  for s in gpu-train-cnn gpu-train-gru-rows nccl-allreduce-1rank bench-train-gpu-cnn \
+           bench-train-gpu-gru memcheck-train-gru-rows memcheck-train-cnn torch-step-gpu; do
+    grep -q -E "^SKIP  $s +needs a GPU" "$summary" || fail "step $s: $(grep " $s " "$summary")"
+  done
+fi
+grep -q "^OPAL_PREFIX=/tmp/mirror-gpukit\.[^/]*/mirror-kit/ompi$" "$work/out/all.log" ||
+  fail "gpu_check.sh did not point OPAL_PREFIX at its private copy of the kit"
+# Open MPI / PMIx complaints about files they cannot find mean the relocation is incomplete.
+if grep -n -E "couldn't open the help file|unable to open mca_|component .* not found" "$work/out/all.log"; then
+  fail "Open MPI or PMIx looked for files outside the kit (above)"
+fi
+echo "PASS (kit $(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB, system copies hidden: $hidden)"
