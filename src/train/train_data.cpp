@@ -1,6 +1,7 @@
-// The task mirror-train builds from its config: the built-in model bound to its data
-// (Fashion-MNIST for the CNN and row GRU, Debian word lists for the word GRU, or seeded
-// synthetic data of the same shapes), optionally cut to a seeded random subset.
+// The task mirror-train builds from its config: a model spec (a --model-spec file or a built-in)
+// bound to its data (the user's files, or Fashion-MNIST for the CNN and row GRU, Debian word
+// lists for the word GRU, or seeded synthetic data of the same shapes), optionally cut to a
+// seeded random subset.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -85,46 +86,73 @@ void mix_dataset(Fnv& f, const data::Dataset& ds) {
   }
 }
 
-ConfigTask image_task(const TrainConfig& c) {
-  ConfigTask t;
-  const auto layout = c.model == "cnn" ? data::Layout::kNCHW : data::Layout::kRows;
+DataSplits image_data(const TrainConfig& c) {
+  DataSplits d;
+  const auto layout = c.model == "gru-rows" ? data::Layout::kRows : data::Layout::kNCHW;
   if (c.data == "synthetic") {
     const std::int64_t n = c.train_limit > 0 ? c.train_limit : 2048;
     const std::int64_t m = c.test_limit > 0 ? c.test_limit : 512;
     if (layout == data::Layout::kNCHW) {
-      t.task.train = data::Synthetic::images(n, c.seed);
-      t.task.test = data::Synthetic::images(m, c.seed + 1);
+      d.train = data::Synthetic::images(n, c.seed);
+      d.test = data::Synthetic::images(m, c.seed + 1);
     } else {
-      t.task.train = data::Synthetic::rows(n, c.seed);
-      t.task.test = data::Synthetic::rows(m, c.seed + 1);
+      d.train = data::Synthetic::rows(n, c.seed);
+      d.test = data::Synthetic::rows(m, c.seed + 1);
     }
   } else {
     const std::string dir = c.data_dir.empty() ? data::kFashionMnistDir : c.data_dir;
-    t.task.train = data::FashionMnist::load(dir, data::Split::kTrain, layout);
-    t.task.test = data::FashionMnist::load(dir, data::Split::kTest, layout);
+    d.train = data::FashionMnist::load(dir, data::Split::kTrain, layout);
+    d.test = data::FashionMnist::load(dir, data::Split::kTest, layout);
   }
-  return t;
+  return d;
 }
 
-ConfigTask word_task(const TrainConfig& c, std::int64_t& vocab) {
-  ConfigTask t;
+DataSplits word_data(const TrainConfig& c) {
+  DataSplits d;
   if (c.data == "synthetic") {
     const std::int64_t n = c.train_limit > 0 ? c.train_limit : 4096;
     const std::int64_t m = c.test_limit > 0 ? c.test_limit : 1024;
-    t.task.train = data::Synthetic::tokens(n, c.seed, 5, 64, 1, 24);
-    t.task.test = data::Synthetic::tokens(m, c.seed + 1, 5, 64, 1, 24);
-    vocab = 64;
+    d.train = data::Synthetic::tokens(n, c.seed, 5, 64, 1, 24);
+    d.test = data::Synthetic::tokens(m, c.seed + 1, 5, 64, 1, 24);
   } else {
     data::WordOptions options;
     if (!c.dict_dir.empty()) options.dict_dir = c.dict_dir;
     options.split = data::Split::kTrain;
-    auto train = data::WordLanguages::load(options);
+    d.train = data::WordLanguages::load(options);
     options.split = data::Split::kTest;
-    vocab = train->vocab_size();
-    t.task.train = std::move(train);
-    t.task.test = data::WordLanguages::load(options);
+    d.test = data::WordLanguages::load(options);
   }
-  return t;
+  return d;
+}
+
+/// Without data files: the built-in data --model names (the CNN's images also serve a
+/// --model-spec given without data files).
+DataSplits builtin_data(const TrainConfig& c) {
+  return c.model == "gru-words" ? word_data(c) : image_data(c);
+}
+
+nn::DataShape data_shape(const data::Dataset& d) {
+  nn::DataShape s;
+  s.sample_shape = d.sample_shape();
+  s.input_dtype = d.input_dtype();
+  s.outputs =
+      d.target_kind() == data::TargetKind::kClass ? d.num_classes() : shape_numel(d.target_shape());
+  s.vocab = d.vocab_size();
+  return s;
+}
+
+/// The spec bound to the training data; a mismatch names the spec, the data and both values.
+nn::ModelSpec bind_to_data(const TrainConfig& c, const data::Dataset& train) {
+  const nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
+                                                  : nn::ModelSpec::from_file(c.model_spec);
+  try {
+    return spec.bind(data_shape(train));
+  } catch (const InvalidArgument& e) {
+    const std::string what =
+        c.model_spec.empty() ? "--model " + c.model : "--model-spec " + c.model_spec;
+    throw InvalidArgument(what + " does not fit the training data (" + train.describe() +
+                          "): " + e.what());
+  }
 }
 
 }  // namespace
@@ -156,22 +184,17 @@ std::string data_checksum(const data::Dataset& train, const data::Dataset* test)
 }
 
 ConfigTask task_from_config(const TrainConfig& c) {
-  nn::ModelSpec spec;
-  spec.name = c.model;
+  DataSplits d = c.own_data() ? load_own_data(c) : builtin_data(c);
+  const nn::ModelSpec bound = bind_to_data(c, *d.train);
   ConfigTask t;
-  if (c.model == "cnn" || c.model == "gru-rows") {
-    t = image_task(c);
-  } else {  // gru-words
-    t = word_task(c, spec.vocab);
-    spec.max_len = static_cast<int>(t.task.train->sample_shape()[0]);
-  }
-  spec.num_classes = t.task.train->num_classes();
-  t.name = c.model;
-  t.task.train = random_subset(t.task.train, c.train_limit, c.seed, 0x7261696e);  // "rain"
-  t.task.test = random_subset(t.task.test, c.test_limit, c.seed, 0x74657374);     // "test"
-  t.task.model_description = spec.to_json().dump();
+  t.name = bound.name();
+  t.task.train = random_subset(d.train, c.train_limit, c.seed, 0x7261696e);  // "rain"
+  t.task.test = d.test ? random_subset(d.test, c.test_limit, c.seed, 0x74657374) : nullptr;
+  t.task.model_description = bound.to_json().dump();
   const std::uint64_t seed = c.seed;
-  t.task.model = [spec, seed](Device d) { return nn::make_model(spec, DType::kFloat32, d, seed); };
+  t.task.model = [bound, seed](Device d) {
+    return nn::make_model(bound, DType::kFloat32, d, seed);
+  };
   return t;
 }
 

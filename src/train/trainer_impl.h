@@ -30,9 +30,16 @@ struct ConfigTask {
   Task task;
   std::string name;
 };
-/// Loads (or synthesises) the built-in model's data and binds the model to it; DataError when
-/// files are missing.
+/// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
+/// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
+/// InvalidArgument naming both values when the spec does not fit the data.
 ConfigTask task_from_config(const TrainConfig& config);
+
+struct DataSplits {
+  std::shared_ptr<const data::Dataset> train, test;  // test null when no test files are named
+};
+/// The user's data files named by the config (arrays, CSV or token text).
+DataSplits load_own_data(const TrainConfig& config);
 
 /// Note [Data limits]
 /// --train-limit N keeps N samples chosen by a permutation seeded from --seed (not the first N:
