@@ -21,6 +21,20 @@ std::string meta(const Metadata& m, const std::string& key) {
 
 }  // namespace
 
+bool Trainer::Impl::same_model(const std::string& stored) const {
+  if (stored == task.model_description) return true;
+  if (!from_config) return false;
+  // mirror-train's descriptions are model specs: an older spelling (such as the legacy
+  // {"name": "cnn", ...}) of the same architecture reads back to the same canonical form.
+  try {
+    return nn::ModelSpec::from_json(nlohmann::json::parse(stored), "checkpoint model")
+               .to_json()
+               .dump() == task.model_description;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   if (!is_root() || !checkpoints) return;
   auto span = trace.span("checkpoint", "io");
@@ -73,7 +87,7 @@ StartPoint Trainer::Impl::restore() {
   const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
 
   const Metadata& m = file.metadata;
-  MIRROR_CHECK(meta(m, "mirror.model") == task.model_description, InvalidArgument,
+  MIRROR_CHECK(same_model(meta(m, "mirror.model")), InvalidArgument,
                "checkpoint in " + config.resume + " holds model " + meta(m, "mirror.model") +
                    ", this run builds " + task.model_description +
                    "; resume with the same model (or start a fresh --checkpoint-dir)");

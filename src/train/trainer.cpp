@@ -123,6 +123,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     ConfigTask built = task_from_config(config);
     task = std::move(built.task);
     model_name = std::move(built.name);
+    from_config = true;
   }
   check_task();
   loss = resolve_loss(config.loss, *task.train);

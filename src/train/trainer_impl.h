@@ -166,8 +166,9 @@ struct Trainer::Impl {
   TrainConfig config;
   dist::DeviceSelection selection;
   Task task;
-  std::string model_name;  // for messages: the built-in's name, or "custom"
-  std::string checksum;    // data_checksum of the task's data
+  std::string model_name;    // for messages: the spec's name, or "custom"
+  bool from_config = false;  // the task was built from the config (a model spec)
+  std::string checksum;      // data_checksum of the task's data
   dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
   std::unique_ptr<dist::MirroredStrategy> strategy;
   std::vector<std::unique_ptr<data::Loader>> train_loaders, test_loaders;
@@ -185,6 +186,8 @@ struct Trainer::Impl {
   void make_strategy();
   void make_loaders();
   StartPoint restore();
+  /// Whether a checkpoint's model description is this task's.
+  bool same_model(const std::string& stored) const;
   void save_checkpoint(const StartPoint& next);
   void write_trace();
   FitSummary fit();
