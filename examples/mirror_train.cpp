@@ -78,6 +78,8 @@ po::options_description make_options() {
       "threads", po::value<int>(), "CPU threads per rank (default: cores / local ranks)")(
       "comm-timeout", po::value<double>(),
       "seconds a collective may take before the job aborts (default 600)")(
+      "startup-timeout", po::value<double>(),
+      "seconds MPI start-up may take before this rank gives up (default 120; 0 = wait forever)")(
       "bucket-mb", po::value<double>(), "gradient bucket cap in MiB (default 25)")(
       "first-bucket-mb", po::value<double>(), "first bucket cap in MiB (default 1)")(
       "compression", po::value<std::string>(), "all-reduce payload: none | fp16 | bf16")(
@@ -150,6 +152,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("memory", c.memory);
   set("threads", c.threads);
   set("comm-timeout", c.comm_timeout_s);
+  set("startup-timeout", c.startup_timeout_s);
   set("bucket-mb", c.bucket_mb);
   set("first-bucket-mb", c.first_bucket_mb);
   set("compression", c.compression);
@@ -204,9 +207,15 @@ int main(int argc, char** argv) {
     std::cerr << "mirror-train: error: " << e.what() << " (see --help)\n";
     return 2;
   }
-  return mirror::dist::run_main(argc, argv, [&](mirror::dist::Runtime& runtime) {
-    mirror::train::Trainer trainer(runtime, config);
-    trainer.fit();
-    return 0;
-  });
+  mirror::dist::RunOptions run_options;
+  run_options.startup_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.startup_timeout_s * 1000));
+  return mirror::dist::run_main(
+      argc, argv,
+      [&](mirror::dist::Runtime& runtime) {
+        mirror::train::Trainer trainer(runtime, config);
+        trainer.fit();
+        return 0;
+      },
+      run_options);
 }

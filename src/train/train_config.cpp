@@ -72,8 +72,8 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(test_tokens) X(num_classes) X(input_shape) X(train_limit) X(test_limit) X(epochs)        \
   X(max_steps) X(batch_size) X(batch_per_replica) X(optimizer) X(lr) X(lr_scale_by_replicas) \
   X(schedule) X(warmup_steps) X(momentum) X(weight_decay) X(seed) X(devices) X(memory)       \
-  X(require_gpu) X(allow_gpu_sharing) X(threads) X(comm_timeout_s) X(bucket_mb)              \
-  X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)                         \
+  X(require_gpu) X(allow_gpu_sharing) X(threads) X(comm_timeout_s) X(startup_timeout_s)      \
+  X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(log_jsonl) X(trace) X(progress)
 // clang-format on
@@ -150,6 +150,7 @@ void TrainConfig::validate() const {
   require(train_limit >= 0 && test_limit >= 0, "--train-limit/--test-limit must be >= 0");
   require(threads >= 0, "--threads must be >= 0");
   require(comm_timeout_s > 0, "--comm-timeout must be positive (seconds)");
+  require(startup_timeout_s >= 0, "--startup-timeout must be >= 0 (seconds; 0 = no watchdog)");
   require(bucket_mb > 0 && first_bucket_mb > 0,
           "--bucket-mb and --first-bucket-mb must be positive");
   require(accumulation >= 1, "--accumulation must be >= 1");

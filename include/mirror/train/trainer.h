@@ -61,6 +61,7 @@ struct TrainConfig {
   int threads = 0;  // OpenMP threads per rank (0: cores on the node / ranks on the node)
   // distribution
   double comm_timeout_s = 600;
+  double startup_timeout_s = 120;  // MPI start-up watchdog (Note [Start-up watchdog], runtime.h)
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   std::string compression = "none";  // none | fp16 | bf16
