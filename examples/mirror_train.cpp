@@ -1,5 +1,7 @@
-// mirror-train: trains the reference models with mirrored data parallelism.
+// mirror-train: trains the built-in models, or a model spec on the user's own data files, with
+// mirrored data parallelism.
 //   mpirun -np 2 build/bin/mirror-train --model cnn --epochs 5
+//   mpirun -np 2 build/bin/mirror-train --model-spec m.json --train-x x.npy --train-y y.npy
 // Every rank runs the same command; rank 0 prints progress and the summary.
 #include <boost/program_options.hpp>
 
@@ -22,13 +24,37 @@ po::options_description make_options() {
   o.add_options()("help,h", "show this help")(
       "config", po::value<std::string>(),
       "JSON file with any of the options below (keys as flag names)")(
-      "model", po::value<std::string>(), "cnn | gru-rows | gru-words (default cnn)")(
-      "data", po::value<std::string>(), "real | synthetic (default real)")(
+      "model", po::value<std::string>(),
+      "built-in model: cnn | gru-rows | gru-words (default cnn)")(
+      "model-spec", po::value<std::string>(),
+      "model spec JSON file (a Sequential layer list, Mirror or Keras names); replaces --model")(
+      "loss", po::value<std::string>(),
+      "auto | softmax-cross-entropy | binary-cross-entropy | mse (default auto: softmax "
+      "cross-entropy for class labels, mse for float targets)")(
+      "train-x", po::value<std::string>(),
+      "training inputs: .npy or IDX file (.gz accepted), [N, ...] floats/uint8 or int token ids")(
+      "train-y", po::value<std::string>(),
+      "training targets: .npy or IDX, integer [N] class labels or float [N] / [N, K] targets")(
+      "test-x", po::value<std::string>(), "test inputs (as --train-x)")(
+      "test-y", po::value<std::string>(), "test targets (as --train-y)")(
+      "train-csv", po::value<std::string>(), "training data as CSV: numeric columns and a label")(
+      "test-csv", po::value<std::string>(), "test data as CSV")(
+      "label-column", po::value<std::string>(),
+      "CSV label column: name or 0-based index (default: the last column)")(
+      "csv-header", po::value<std::string>(), "auto | yes | no: whether the CSV has a header row")(
+      "train-tokens", po::value<std::string>(),
+      "training token text: one sequence per line, \"label id id ...\" (ids >= 1)")(
+      "test-tokens", po::value<std::string>(), "test token text")(
+      "num-classes", po::value<int>(), "classes of the data files (default: max label + 1)")(
+      "input-shape", po::value<std::string>(),
+      "reshape each array sample, e.g. 1,28,28 (default: as stored)")(
+      "data", po::value<std::string>(), "built-in data: real | synthetic (default real)")(
       "data-dir", po::value<std::string>(),
       "Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)")(
       "dict-dir", po::value<std::string>(), "word-list folder (default /usr/share/dict)")(
-      "train-limit", po::value<std::int64_t>(), "use the first N training samples")(
-      "test-limit", po::value<std::int64_t>(), "use the first N test samples")(
+      "train-limit", po::value<std::int64_t>(),
+      "use N training samples drawn at random (seeded by --seed)")(
+      "test-limit", po::value<std::int64_t>(), "use N test samples drawn at random")(
       "epochs", po::value<int>(), "epochs (default 1)")("max-steps", po::value<std::int64_t>(),
                                                         "stop after N steps")(
       "batch-size", po::value<std::int64_t>(), "global batch size (default 64)")(
@@ -52,6 +78,8 @@ po::options_description make_options() {
       "threads", po::value<int>(), "CPU threads per rank (default: cores / local ranks)")(
       "comm-timeout", po::value<double>(),
       "seconds a collective may take before the job aborts (default 600)")(
+      "startup-timeout", po::value<double>(),
+      "seconds MPI start-up may take before this rank gives up (default 120; 0 = wait forever)")(
       "bucket-mb", po::value<double>(), "gradient bucket cap in MiB (default 25)")(
       "first-bucket-mb", po::value<double>(), "first bucket cap in MiB (default 1)")(
       "compression", po::value<std::string>(), "all-reduce payload: none | fp16 | bf16")(
@@ -90,6 +118,20 @@ TrainConfig config_from(const po::variables_map& vm) {
     if (vm.count(flag)) field = vm[flag].as<T>();
   };
   set("model", c.model);
+  set("model-spec", c.model_spec);
+  set("loss", c.loss);
+  set("train-x", c.train_x);
+  set("train-y", c.train_y);
+  set("test-x", c.test_x);
+  set("test-y", c.test_y);
+  set("train-csv", c.train_csv);
+  set("test-csv", c.test_csv);
+  set("label-column", c.label_column);
+  set("csv-header", c.csv_header);
+  set("train-tokens", c.train_tokens);
+  set("test-tokens", c.test_tokens);
+  set("num-classes", c.num_classes);
+  set("input-shape", c.input_shape);
   set("data", c.data);
   set("data-dir", c.data_dir);
   set("dict-dir", c.dict_dir);
@@ -110,6 +152,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("memory", c.memory);
   set("threads", c.threads);
   set("comm-timeout", c.comm_timeout_s);
+  set("startup-timeout", c.startup_timeout_s);
   set("bucket-mb", c.bucket_mb);
   set("first-bucket-mb", c.first_bucket_mb);
   set("compression", c.compression);
@@ -151,8 +194,11 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, options), vm);
     po::notify(vm);
     if (vm.count("help")) {
-      std::cout << "mirror-train: mirrored data-parallel training of the reference models\n\n"
-                << "  mpirun -np 2 mirror-train --model cnn --epochs 5\n\n"
+      std::cout << "mirror-train: mirrored data-parallel training of the built-in models or of "
+                   "a model spec on your own data\n\n"
+                << "  mpirun -np 2 mirror-train --model cnn --epochs 5\n"
+                << "  mpirun -np 2 mirror-train --model-spec model.json --train-x x.npy "
+                   "--train-y y.npy --test-x tx.npy --test-y ty.npy\n\n"
                 << options << "\n";
       return 0;
     }
@@ -161,9 +207,15 @@ int main(int argc, char** argv) {
     std::cerr << "mirror-train: error: " << e.what() << " (see --help)\n";
     return 2;
   }
-  return mirror::dist::run_main(argc, argv, [&](mirror::dist::Runtime& runtime) {
-    mirror::train::Trainer trainer(runtime, config);
-    trainer.fit();
-    return 0;
-  });
+  mirror::dist::RunOptions run_options;
+  run_options.startup_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.startup_timeout_s * 1000));
+  return mirror::dist::run_main(
+      argc, argv,
+      [&](mirror::dist::Runtime& runtime) {
+        mirror::train::Trainer trainer(runtime, config);
+        trainer.fit();
+        return 0;
+      },
+      run_options);
 }

@@ -6,7 +6,7 @@
 namespace mirror::train {
 
 void Progress::step(int epoch, int epochs, std::int64_t step, std::int64_t steps,
-                    double samples_per_s, double eta_s, double loss, double accuracy) {
+                    double samples_per_s, double eta_s, const MetricSums& metrics) {
   if (!enabled_ || !bar_) return;
   const auto now = std::chrono::steady_clock::now();
   if (step != steps && now - last_draw_ < std::chrono::milliseconds(100)) return;  // ~10 redraws/s
@@ -17,10 +17,9 @@ void Progress::step(int epoch, int epochs, std::int64_t step, std::int64_t steps
   for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '=' : (i == filled ? '>' : '.');
   bar[kWidth] = '\0';
   const long eta = static_cast<long>(eta_s + 0.5);
-  std::printf(
-      "\repoch %d/%d [%s] %lld/%lld  %.0f samples/s  ETA %ld:%02ld  loss %.4f  accuracy %.4f ",
-      epoch + 1, epochs, bar, static_cast<long long>(step), static_cast<long long>(steps),
-      samples_per_s, eta / 60, eta % 60, loss, accuracy);
+  std::printf("\repoch %d/%d [%s] %lld/%lld  %.0f samples/s  ETA %ld:%02ld  loss %.4f %s ",
+              epoch + 1, epochs, bar, static_cast<long long>(step), static_cast<long long>(steps),
+              samples_per_s, eta / 60, eta % 60, metrics.loss(), metrics.text(" ").c_str());
   std::fflush(stdout);
   bar_open_ = true;
 }

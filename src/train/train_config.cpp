@@ -1,20 +1,79 @@
 // TrainConfig <-> JSON (the --config file) and its validation.
+#include <algorithm>
+#include <charconv>
 #include <set>
 
 #include "mirror/error.h"
 #include "mirror/train/trainer.h"
 
 namespace mirror::train {
+namespace {
+
+void validate_data_files(const TrainConfig& c) {
+  auto require = [](bool ok, const std::string& message) {
+    MIRROR_CHECK(ok, InvalidArgument, message);
+  };
+  const int train_kinds = !c.train_x.empty() + !c.train_csv.empty() + !c.train_tokens.empty();
+  const int test_kinds = !c.test_x.empty() + !c.test_csv.empty() + !c.test_tokens.empty();
+  require(train_kinds <= 1,
+          "give one training data kind: --train-x/--train-y, --train-csv or "
+          "--train-tokens, not several");
+  require(test_kinds <= 1,
+          "give one test data kind: --test-x/--test-y, --test-csv or --test-tokens, not several");
+  require(c.train_x.empty() == c.train_y.empty(), "--train-x and --train-y go together");
+  require(c.test_x.empty() == c.test_y.empty(), "--test-x and --test-y go together");
+  require(test_kinds == 0 || train_kinds == 1,
+          "test files need training files too (--train-x/--train-y, --train-csv or "
+          "--train-tokens)");
+  require(c.csv_header == "auto" || c.csv_header == "yes" || c.csv_header == "no",
+          "--csv-header must be auto, yes or no, got '" + c.csv_header + "'");
+  require(c.num_classes >= 0, "--num-classes must be >= 0 (0: from the labels)");
+  require(c.num_classes == 0 || train_kinds == 1,
+          "--num-classes applies to data files (--train-x, --train-csv, --train-tokens)");
+  require(c.input_shape.empty() || !c.train_x.empty(),
+          "--input-shape applies to array files (--train-x/--train-y)");
+  require(c.label_column.empty() || !c.train_csv.empty(),
+          "--label-column applies to CSV files (--train-csv)");
+  c.parsed_input_shape();  // throws for bad text
+}
+
+}  // namespace
+
+bool TrainConfig::own_data() const {
+  return !train_x.empty() || !train_csv.empty() || !train_tokens.empty();
+}
+
+std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
+  std::vector<std::int64_t> dims;
+  if (input_shape.empty()) return dims;
+  std::size_t at = 0;
+  while (at <= input_shape.size()) {
+    const std::size_t comma = std::min(input_shape.find(',', at), input_shape.size());
+    const std::string part = input_shape.substr(at, comma - at);
+    std::int64_t d = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), d);
+    MIRROR_CHECK(!part.empty() && ec == std::errc() && end == part.data() + part.size() && d > 0,
+                 InvalidArgument,
+                 "--input-shape must be positive integers separated by commas (e.g. 1,28,28), "
+                 "got '" +
+                     input_shape + "'");
+    dims.push_back(d);
+    at = comma + 1;
+  }
+  return dims;
+}
 
 // Note [Config fields]: one table drives to_json, from_json and the unknown-key check, so a new
 // field cannot be forgotten in one of them.
 // clang-format off
 #define MIRROR_TRAIN_CONFIG_FIELDS(X)                                                        \
-  X(model) X(data) X(data_dir) X(dict_dir) X(train_limit) X(test_limit) X(epochs)            \
+  X(model) X(model_spec) X(loss) X(data) X(data_dir) X(dict_dir) X(train_x) X(train_y)       \
+  X(test_x) X(test_y) X(train_csv) X(test_csv) X(label_column) X(csv_header) X(train_tokens) \
+  X(test_tokens) X(num_classes) X(input_shape) X(train_limit) X(test_limit) X(epochs)        \
   X(max_steps) X(batch_size) X(batch_per_replica) X(optimizer) X(lr) X(lr_scale_by_replicas) \
   X(schedule) X(warmup_steps) X(momentum) X(weight_decay) X(seed) X(devices) X(memory)       \
-  X(require_gpu) X(allow_gpu_sharing) X(threads) X(comm_timeout_s) X(bucket_mb)              \
-  X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)                         \
+  X(require_gpu) X(allow_gpu_sharing) X(threads) X(comm_timeout_s) X(startup_timeout_s)      \
+  X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(log_jsonl) X(trace) X(progress)
 // clang-format on
@@ -66,8 +125,16 @@ void TrainConfig::validate() const {
   auto require = [](bool ok, const std::string& message) {
     MIRROR_CHECK(ok, InvalidArgument, message);
   };
-  require(model == "cnn" || model == "gru-rows" || model == "gru-words",
-          "--model must be cnn, gru-rows or gru-words, got '" + model + "'");
+  require(!model_spec.empty() || model == "cnn" || model == "gru-rows" || model == "gru-words",
+          "--model must be cnn, gru-rows or gru-words (or give --model-spec FILE), got '" + model +
+              "'");
+  require(loss == "auto" || loss == "softmax-cross-entropy" || loss == "cross-entropy" ||
+              loss == "binary-cross-entropy" || loss == "bce" || loss == "mse" ||
+              loss == "mean-squared-error",
+          "--loss must be auto, softmax-cross-entropy (cross-entropy), binary-cross-entropy "
+          "(bce) or mse (mean-squared-error), got '" +
+              loss + "'");
+  validate_data_files(*this);
   require(data == "real" || data == "synthetic",
           "--data must be real or synthetic, got '" + data + "'");
   require(epochs >= 1, "--epochs must be >= 1, got " + std::to_string(epochs));
@@ -83,6 +150,7 @@ void TrainConfig::validate() const {
   require(train_limit >= 0 && test_limit >= 0, "--train-limit/--test-limit must be >= 0");
   require(threads >= 0, "--threads must be >= 0");
   require(comm_timeout_s > 0, "--comm-timeout must be positive (seconds)");
+  require(startup_timeout_s >= 0, "--startup-timeout must be >= 0 (seconds; 0 = no watchdog)");
   require(bucket_mb > 0 && first_bucket_mb > 0,
           "--bucket-mb and --first-bucket-mb must be positive");
   require(accumulation >= 1, "--accumulation must be >= 1");

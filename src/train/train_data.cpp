@@ -1,6 +1,11 @@
-// The datasets mirror-train uses: Fashion-MNIST (CNN and row GRU), Debian word lists (word GRU),
-// or seeded synthetic data of the same shapes; optionally cut to their first N samples.
+// The task mirror-train builds from its config: a model spec (a --model-spec file or a built-in)
+// bound to its data (the user's files, or Fashion-MNIST for the CNN and row GRU, Debian word
+// lists for the word GRU, or seeded synthetic data of the same shapes), optionally cut to a
+// seeded random subset.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "mirror/data/fashion_mnist.h"
 #include "mirror/data/synthetic.h"
@@ -10,109 +15,187 @@
 namespace mirror::train {
 namespace {
 
-/// The first `limit` samples of a dataset (a deterministic slice for short runs and tests).
-class Prefix final : public data::Dataset {
+/// The samples of `base` at `indices` (ascending), in that order.
+class Subset final : public data::Dataset {
  public:
-  Prefix(std::shared_ptr<const data::Dataset> base, std::int64_t limit)
-      : base_(std::move(base)), size_(std::min(limit, base_->size())) {}
-  std::int64_t size() const override { return size_; }
+  Subset(std::shared_ptr<const data::Dataset> base, std::vector<std::int64_t> indices,
+         std::uint64_t seed)
+      : base_(std::move(base)), indices_(std::move(indices)), seed_(seed) {}
+  std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
   int num_classes() const override { return base_->num_classes(); }
+  data::TargetKind target_kind() const override { return base_->target_kind(); }
+  Shape target_shape() const override { return base_->target_shape(); }
+  std::int64_t vocab_size() const override { return base_->vocab_size(); }
   DType input_dtype() const override { return base_->input_dtype(); }
   Shape sample_shape() const override { return base_->sample_shape(); }
   bool is_sequence() const override { return base_->is_sequence(); }
   bool variable_length() const override { return base_->variable_length(); }
-  std::int32_t length(std::int64_t i) const override { return base_->length(check(i)); }
-  std::int32_t label(std::int64_t i) const override { return base_->label(check(i)); }
-  void decode_float(std::int64_t i, float* dst) const override {
-    base_->decode_float(check(i), dst);
+  std::int32_t length(std::int64_t i) const override { return base_->length(at(i)); }
+  std::int32_t label(std::int64_t i) const override { return base_->label(at(i)); }
+  void decode_target(std::int64_t i, float* dst) const override {
+    base_->decode_target(at(i), dst);
   }
+  void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(at(i), dst); }
   void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
-    base_->decode_tokens(check(i), dst, steps);
+    base_->decode_tokens(at(i), dst, steps);
   }
   std::string describe() const override {
-    return base_->describe() + " (first " + std::to_string(size_) + ")";
+    return base_->describe() + " (random " + std::to_string(size()) + " of " +
+           std::to_string(base_->size()) + ", seed " + std::to_string(seed_) + ")";
   }
 
  private:
-  std::int64_t check(std::int64_t i) const {
-    MIRROR_CHECK(i >= 0 && i < size_, InvalidArgument,
-                 "sample " + std::to_string(i) + " outside the slice");
-    return i;
+  std::int64_t at(std::int64_t i) const {
+    MIRROR_CHECK(
+        i >= 0 && i < size(), InvalidArgument,
+        "sample " + std::to_string(i) + " outside the subset of " + std::to_string(size()));
+    return indices_[static_cast<std::size_t>(i)];
   }
   std::shared_ptr<const data::Dataset> base_;
-  std::int64_t size_;
+  std::vector<std::int64_t> indices_;
+  std::uint64_t seed_;
 };
 
-std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> ds,
-                                           std::int64_t n) {
-  if (n <= 0 || n >= ds->size()) return ds;
-  return std::make_shared<Prefix>(std::move(ds), n);
-}
-
-std::string checksum_of(const data::Dataset& train, const data::Dataset& test) {
+struct Fnv {
   std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](std::uint64_t v) {
+  void mix(std::uint64_t v) {
     for (int b = 0; b < 8; ++b) {
       h ^= (v >> (8 * b)) & 0xff;
       h *= 1099511628211ull;
     }
-  };
-  for (const data::Dataset* ds : {&train, &test}) {
-    mix(static_cast<std::uint64_t>(ds->size()));
-    mix(static_cast<std::uint64_t>(ds->num_classes()));
-    for (auto d : ds->sample_shape()) mix(static_cast<std::uint64_t>(d));
-    for (std::int64_t i = 0; i < ds->size(); ++i) mix(static_cast<std::uint64_t>(ds->label(i)));
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+};
+
+void mix_dataset(Fnv& f, const data::Dataset& ds) {
+  f.mix(static_cast<std::uint64_t>(ds.size()));
+  f.mix(static_cast<std::uint64_t>(ds.num_classes()));
+  for (auto d : ds.sample_shape()) f.mix(static_cast<std::uint64_t>(d));
+  if (ds.target_kind() == data::TargetKind::kClass) {
+    for (std::int64_t i = 0; i < ds.size(); ++i) f.mix(static_cast<std::uint64_t>(ds.label(i)));
+    return;
+  }
+  for (auto d : ds.target_shape()) f.mix(static_cast<std::uint64_t>(d));
+  std::vector<float> target(static_cast<std::size_t>(shape_numel(ds.target_shape())));
+  for (std::int64_t i = 0; i < ds.size(); ++i) {
+    ds.decode_target(i, target.data());
+    for (float v : target) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &v, sizeof bits);
+      f.mix(bits);
+    }
+  }
+}
+
+DataSplits image_data(const TrainConfig& c) {
+  DataSplits d;
+  const auto layout = c.model == "gru-rows" ? data::Layout::kRows : data::Layout::kNCHW;
+  if (c.data == "synthetic") {
+    const std::int64_t n = c.train_limit > 0 ? c.train_limit : 2048;
+    const std::int64_t m = c.test_limit > 0 ? c.test_limit : 512;
+    if (layout == data::Layout::kNCHW) {
+      d.train = data::Synthetic::images(n, c.seed);
+      d.test = data::Synthetic::images(m, c.seed + 1);
+    } else {
+      d.train = data::Synthetic::rows(n, c.seed);
+      d.test = data::Synthetic::rows(m, c.seed + 1);
+    }
+  } else {
+    const std::string dir = c.data_dir.empty() ? data::kFashionMnistDir : c.data_dir;
+    d.train = data::FashionMnist::load(dir, data::Split::kTrain, layout);
+    d.test = data::FashionMnist::load(dir, data::Split::kTest, layout);
+  }
+  return d;
+}
+
+DataSplits word_data(const TrainConfig& c) {
+  DataSplits d;
+  if (c.data == "synthetic") {
+    const std::int64_t n = c.train_limit > 0 ? c.train_limit : 4096;
+    const std::int64_t m = c.test_limit > 0 ? c.test_limit : 1024;
+    d.train = data::Synthetic::tokens(n, c.seed, 5, 64, 1, 24);
+    d.test = data::Synthetic::tokens(m, c.seed + 1, 5, 64, 1, 24);
+  } else {
+    data::WordOptions options;
+    if (!c.dict_dir.empty()) options.dict_dir = c.dict_dir;
+    options.split = data::Split::kTrain;
+    d.train = data::WordLanguages::load(options);
+    options.split = data::Split::kTest;
+    d.test = data::WordLanguages::load(options);
+  }
+  return d;
+}
+
+/// Without data files: the built-in data --model names (the CNN's images also serve a
+/// --model-spec given without data files).
+DataSplits builtin_data(const TrainConfig& c) {
+  return c.model == "gru-words" ? word_data(c) : image_data(c);
+}
+
+nn::DataShape data_shape(const data::Dataset& d) {
+  nn::DataShape s;
+  s.sample_shape = d.sample_shape();
+  s.input_dtype = d.input_dtype();
+  s.outputs =
+      d.target_kind() == data::TargetKind::kClass ? d.num_classes() : shape_numel(d.target_shape());
+  s.vocab = d.vocab_size();
+  return s;
+}
+
+/// The spec bound to the training data; a mismatch names the spec, the data and both values.
+nn::ModelSpec bind_to_data(const TrainConfig& c, const data::Dataset& train) {
+  const nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
+                                                  : nn::ModelSpec::from_file(c.model_spec);
+  try {
+    return spec.bind(data_shape(train));
+  } catch (const InvalidArgument& e) {
+    const std::string what =
+        c.model_spec.empty() ? "--model " + c.model : "--model-spec " + c.model_spec;
+    throw InvalidArgument(what + " does not fit the training data (" + train.describe() +
+                          "): " + e.what());
+  }
 }
 
 }  // namespace
 
-Datasets load_datasets(const TrainConfig& c) {
-  Datasets d;
-  const bool synthetic = c.data == "synthetic";
-  if (c.model == "cnn" || c.model == "gru-rows") {
-    const auto layout = c.model == "cnn" ? data::Layout::kNCHW : data::Layout::kRows;
-    if (synthetic) {
-      const std::int64_t n = c.train_limit > 0 ? c.train_limit : 2048;
-      const std::int64_t m = c.test_limit > 0 ? c.test_limit : 512;
-      if (layout == data::Layout::kNCHW) {
-        d.train = data::Synthetic::images(n, c.seed);
-        d.test = data::Synthetic::images(m, c.seed + 1);
-      } else {
-        d.train = data::Synthetic::rows(n, c.seed);
-        d.test = data::Synthetic::rows(m, c.seed + 1);
-      }
-    } else {
-      const std::string dir = c.data_dir.empty() ? data::kFashionMnistDir : c.data_dir;
-      d.train = data::FashionMnist::load(dir, data::Split::kTrain, layout);
-      d.test = data::FashionMnist::load(dir, data::Split::kTest, layout);
-    }
-  } else {  // gru-words
-    if (synthetic) {
-      const std::int64_t n = c.train_limit > 0 ? c.train_limit : 4096;
-      const std::int64_t m = c.test_limit > 0 ? c.test_limit : 1024;
-      d.train = data::Synthetic::tokens(n, c.seed, 5, 64, 1, 24);
-      d.test = data::Synthetic::tokens(m, c.seed + 1, 5, 64, 1, 24);
-    } else {
-      data::WordOptions options;
-      if (!c.dict_dir.empty()) options.dict_dir = c.dict_dir;
-      options.split = data::Split::kTrain;
-      auto train = data::WordLanguages::load(options);
-      options.split = data::Split::kTest;
-      auto test = data::WordLanguages::load(options);
-      d.train = train;
-      d.test = test;
-    }
-  }
-  d.model = nn::ModelSpec::builtin(c.model).bind({d.train->sample_shape(), d.train->input_dtype(),
-                                                  d.train->num_classes(), d.train->vocab_size()});
-  d.train = limit(d.train, c.train_limit);
-  d.test = limit(d.test, c.test_limit);
-  d.checksum = checksum_of(*d.train, *d.test);
-  return d;
+std::shared_ptr<const data::Dataset> random_subset(std::shared_ptr<const data::Dataset> dataset,
+                                                   std::int64_t n, std::uint64_t seed,
+                                                   std::uint64_t salt) {
+  if (n <= 0 || n >= dataset->size()) return dataset;
+  // The loader's permutation (portable Fisher-Yates), seeded apart from the epochs' orders.
+  data::LoaderOptions options;
+  options.seed = seed ^ salt;
+  options.shuffle = true;
+  std::vector<std::int64_t> order = data::epoch_order(*dataset, options, 0);
+  order.resize(static_cast<std::size_t>(n));
+  std::sort(order.begin(), order.end());
+  return std::make_shared<Subset>(std::move(dataset), std::move(order), seed);
+}
+
+std::string data_checksum(const data::Dataset& train, const data::Dataset* test) {
+  Fnv f;
+  mix_dataset(f, train);
+  if (test)
+    mix_dataset(f, *test);
+  else
+    f.mix(~0ull);  // no test split
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(f.h));
+  return buf;
+}
+
+ConfigTask task_from_config(const TrainConfig& c) {
+  DataSplits d = c.own_data() ? load_own_data(c) : builtin_data(c);
+  const nn::ModelSpec bound = bind_to_data(c, *d.train);
+  ConfigTask t;
+  t.name = bound.name();
+  t.task.train = random_subset(d.train, c.train_limit, c.seed, 0x7261696e);  // "rain"
+  t.task.test = d.test ? random_subset(d.test, c.test_limit, c.seed, 0x74657374) : nullptr;
+  t.task.model_description = bound.to_json().dump();
+  const std::uint64_t seed = c.seed;
+  t.task.model = [bound, seed](Device d) {
+    return nn::make_model(bound, DType::kFloat32, d, seed);
+  };
+  return t;
 }
 
 }  // namespace mirror::train

@@ -21,6 +21,20 @@ std::string meta(const Metadata& m, const std::string& key) {
 
 }  // namespace
 
+bool Trainer::Impl::same_model(const std::string& stored) const {
+  if (stored == task.model_description) return true;
+  if (!from_config) return false;
+  // mirror-train's descriptions are model specs: an older spelling (such as the legacy
+  // {"name": "cnn", ...}) of the same architecture reads back to the same canonical form.
+  try {
+    return nn::ModelSpec::from_json(nlohmann::json::parse(stored), "checkpoint model")
+               .to_json()
+               .dump() == task.model_description;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   if (!is_root() || !checkpoints) return;
   auto span = trace.span("checkpoint", "io");
@@ -33,12 +47,12 @@ void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   m["mirror.step_in_epoch"] = std::to_string(next.step_in_epoch);
   m["mirror.step"] = std::to_string(next.global_step);
   m["mirror.seed"] = std::to_string(config.seed);
-  m["mirror.model"] = datasets.model.to_json().dump();
+  m["mirror.model"] = task.model_description;
   m["mirror.optimizer"] = strategy->optimizer(0).name();
   m["mirror.global_batch"] = std::to_string(global_batch);
   m["mirror.world_size"] = std::to_string(runtime.world_size());
   m["mirror.world_replicas"] = std::to_string(strategy->world_replicas());
-  m["mirror.data_checksum"] = datasets.checksum;
+  m["mirror.data_checksum"] = checksum;
   m["mirror.config"] = config.to_json().dump();
   checkpoints->save(next.global_step, tensors, m);
 }
@@ -73,14 +87,13 @@ StartPoint Trainer::Impl::restore() {
   const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
 
   const Metadata& m = file.metadata;
-  MIRROR_CHECK(nn::ModelSpec::from_json(nlohmann::json::parse(meta(m, "mirror.model"))).to_json() ==
-                   datasets.model.to_json(),
-               InvalidArgument,
-               "checkpoint holds model " + meta(m, "mirror.model") + ", this run builds " +
-                   datasets.model.to_json().dump());
-  MIRROR_CHECK(meta(m, "mirror.data_checksum") == datasets.checksum, InvalidArgument,
+  MIRROR_CHECK(same_model(meta(m, "mirror.model")), InvalidArgument,
+               "checkpoint in " + config.resume + " holds model " + meta(m, "mirror.model") +
+                   ", this run builds " + task.model_description +
+                   "; resume with the same model (or start a fresh --checkpoint-dir)");
+  MIRROR_CHECK(meta(m, "mirror.data_checksum") == checksum, InvalidArgument,
                "checkpoint was trained on other data (checksum " + meta(m, "mirror.data_checksum") +
-                   ", now " + datasets.checksum +
+                   ", now " + checksum +
                    "); resume with the same --data, --train-limit and --test-limit");
   MIRROR_CHECK(std::stoll(meta(m, "mirror.global_batch")) == global_batch, InvalidArgument,
                "checkpoint used global batch " + meta(m, "mirror.global_batch") + ", this run " +

@@ -1,11 +1,11 @@
-// Trainer: sets up devices, data, strategy and outputs, then runs fit/evaluate.
+// Trainer: sets up devices, the task's data, the strategy and the outputs; the fit loop is in
+// trainer_fit.cpp, its telemetry in trainer_observers.cpp.
 #include "mirror/train/trainer.h"
 
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -15,11 +15,6 @@
 
 namespace mirror::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 dist::StrategyOptions strategy_options(const TrainConfig& c) {
   dist::StrategyOptions o;
@@ -40,9 +35,68 @@ int default_threads(const dist::Runtime& rt, std::size_t local_replicas) {
   return std::max(1, cores / std::max(1, rt.local_size() * static_cast<int>(local_replicas)));
 }
 
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
 }  // namespace
 
-Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg)
+MetricSums MetricSums::of(dist::LossKind kind, const dist::StepResult& r) {
+  MetricSums m;
+  m.kind = kind;
+  m.add(r);
+  return m;
+}
+
+void MetricSums::add(const dist::StepResult& r) {
+  loss_sum += r.loss_sum;
+  correct += r.correct;
+  count += r.count;
+  target_values += r.target_values;
+  squared_error_sum += r.squared_error_sum;
+  abs_error_sum += r.abs_error_sum;
+}
+
+double MetricSums::accuracy() const {
+  const std::int64_t n = kind == dist::LossKind::kBinaryCrossEntropy ? target_values : count;
+  return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+}
+
+std::vector<std::pair<const char*, double>> MetricSums::named() const {
+  if (kind == dist::LossKind::kMeanSquaredError) return {{"mse", mse()}, {"mae", mae()}};
+  return {{"accuracy", accuracy()}};
+}
+
+std::string MetricSums::text(const char* prefix) const {
+  std::string out;
+  for (auto [name, value] : named()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s %.4f", prefix, name, value);
+    out += (out.empty() ? "" : " ") + std::string(buf);
+  }
+  return out;
+}
+
+dist::LossKind resolve_loss(const std::string& name, const data::Dataset& train) {
+  const bool classes = train.target_kind() == data::TargetKind::kClass;
+  if (name == "auto")
+    return classes ? dist::LossKind::kSoftmaxCrossEntropy : dist::LossKind::kMeanSquaredError;
+  const dist::LossKind kind = dist::parse_loss(name);
+  const bool wants_classes = kind == dist::LossKind::kSoftmaxCrossEntropy;
+  MIRROR_CHECK(wants_classes == classes, InvalidArgument,
+               std::string("--loss ") + dist::loss_name(kind) + " needs " +
+                   (wants_classes ? "class labels" : "float targets") + ", but the data has " +
+                   (classes ? "class labels (" + std::to_string(train.num_classes()) + " classes)"
+                            : "float targets " + shape_text(train.target_shape())) +
+                   "; choose " +
+                   (classes ? "softmax-cross-entropy (or auto)"
+                            : "binary-cross-entropy or mse (auto: mse)"));
+  return kind;
+}
+
+Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> given)
     : runtime(rt),
       config(std::move(cfg)),
       trace(rt.world_rank(), !config.trace.empty()),
@@ -62,9 +116,64 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg)
   omp_set_num_threads(config.threads > 0 ? config.threads
                                          : default_threads(runtime, selection.devices.size()));
 
-  datasets = load_datasets(config);
-  runtime.check_same_across_ranks("training data", datasets.checksum);
+  if (given) {
+    task = std::move(*given);
+    model_name = "custom";
+  } else {
+    ConfigTask built = task_from_config(config);
+    task = std::move(built.task);
+    model_name = std::move(built.name);
+    from_config = true;
+  }
+  check_task();
+  loss = resolve_loss(config.loss, *task.train);
+  checksum = data_checksum(*task.train, task.test.get());
+  runtime.check_same_across_ranks("training data", checksum);
+  runtime.check_same_across_ranks("model description", task.model_description);
 
+  make_strategy();
+  check_model_output();
+  make_loaders();
+  const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
+  schedule = optim::make_schedule(config.schedule, config.lr, config.warmup_steps,
+                                  steps_per_epoch * config.epochs);
+
+  if (is_root()) {
+    if (!config.checkpoint_dir.empty()) checkpoints.emplace(config.checkpoint_dir, config.keep);
+    if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, !config.resume.empty());
+    progress.message("[mirror] model " + model_name + ": " +
+                     std::to_string(strategy->model().parameter_count()) + " parameters; " +
+                     std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
+                     std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
+                     task.train->describe());
+  }
+}
+
+void Trainer::Impl::check_task() const {
+  MIRROR_CHECK(static_cast<bool>(task.model), InvalidArgument,
+               "Task.model is empty: give a function that builds the model on a device");
+  MIRROR_CHECK(task.train != nullptr, InvalidArgument,
+               "Task.train is null: a task needs a training dataset (Task.test may be null)");
+  MIRROR_CHECK(task.train->size() > 0, InvalidArgument,
+               "the training dataset is empty: " + task.train->describe());
+  if (!task.test) return;
+  const data::Dataset& a = *task.train;
+  const data::Dataset& b = *task.test;
+  MIRROR_CHECK(a.sample_shape() == b.sample_shape() && a.input_dtype() == b.input_dtype(),
+               InvalidArgument,
+               "train and test samples differ: train " + shape_text(a.sample_shape()) + " " +
+                   dtype_name(a.input_dtype()) + ", test " + shape_text(b.sample_shape()) + " " +
+                   dtype_name(b.input_dtype()));
+  MIRROR_CHECK(a.target_kind() == b.target_kind() && a.target_shape() == b.target_shape() &&
+                   a.num_classes() == b.num_classes(),
+               InvalidArgument,
+               "train and test targets differ: train " + std::to_string(a.num_classes()) +
+                   " classes / target " + shape_text(a.target_shape()) + ", test " +
+                   std::to_string(b.num_classes()) + " classes / target " +
+                   shape_text(b.target_shape()));
+}
+
+void Trainer::Impl::make_strategy() {
   const int local = static_cast<int>(selection.devices.size());
   const auto per_rank = runtime.all_gather_value<int>(local);
   int world_replicas = 0;
@@ -77,31 +186,28 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg)
                    std::to_string(world_replicas) + " replicas");
   lr_scale = config.lr_scale_by_replicas ? world_replicas : 1.0;
 
-  const nn::ModelSpec spec = datasets.model;
-  const std::uint64_t seed = config.seed;
   optim::OptimizerOptions opt;
   opt.momentum = config.optimizer == "sgd" ? config.momentum : 0.0;
   opt.weight_decay = config.weight_decay;
   const std::string opt_name = config.optimizer;
   optim::make_optimizer(opt_name, opt);  // validates the name before any replica is built
+  dist::StrategyOptions options = strategy_options(config);
+  options.loss = loss;
   strategy = std::make_unique<dist::MirroredStrategy>(
-      runtime, selection.devices,
-      [spec, seed](Device d) { return nn::make_model(spec, DType::kFloat32, d, seed); },
-      [opt_name, opt] { return optim::make_optimizer(opt_name, opt); }, strategy_options(config));
-  make_loaders();
+      runtime, selection.devices, task.model,
+      [opt_name, opt] { return optim::make_optimizer(opt_name, opt); }, options);
+}
 
-  const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
-  schedule = optim::make_schedule(config.schedule, config.lr, config.warmup_steps,
-                                  steps_per_epoch * config.epochs);
-
-  if (is_root()) {
-    if (!config.checkpoint_dir.empty()) checkpoints.emplace(config.checkpoint_dir, config.keep);
-    if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, !config.resume.empty());
-    progress.message("[mirror] model " + spec.name() + ": " +
-                     std::to_string(strategy->model().parameter_count()) + " parameters; " +
-                     std::to_string(world_replicas) + " replica(s); global batch " +
-                     std::to_string(global_batch) + "; " + datasets.train->describe());
-  }
+void Trainer::Impl::check_model_output() {
+  const Shape& out = strategy->model().output_shape();
+  const data::Dataset& d = *task.train;
+  const bool classes = loss == dist::LossKind::kSoftmaxCrossEntropy;
+  const std::int64_t want = classes ? d.num_classes() : shape_numel(d.target_shape());
+  MIRROR_CHECK(out.size() == 1 && out[0] == want, InvalidArgument,
+               "the model outputs " + shape_text(out) + " per sample, but the data has " +
+                   (classes ? std::to_string(want) + " classes"
+                            : "float targets " + shape_text(d.target_shape())) +
+                   ": make the model's last layer " + std::to_string(want) + " wide");
 }
 
 void Trainer::Impl::make_loaders() {
@@ -112,7 +218,7 @@ void Trainer::Impl::make_loaders() {
     train_opts.global_batch = global_batch;
     train_opts.seed = config.seed;
     train_opts.last_batch = data::LastBatch::kPad;
-    train_opts.bucket_by_length = datasets.train->variable_length();
+    train_opts.bucket_by_length = task.train->variable_length();
     const Device device = strategy->devices()[static_cast<std::size_t>(i)];
     if (device.is_cuda()) {
       // Stage the batch on the replica's GPU from the loader's thread: the upload goes through
@@ -121,189 +227,13 @@ void Trainer::Impl::make_loaders() {
         for (Tensor* t : {&b.inputs, &b.labels, &b.weights, &b.sample_ids}) *t = t->to(device);
       };
     }
-    train_loaders.push_back(std::make_unique<data::Loader>(datasets.train, shard, train_opts));
+    train_loaders.push_back(std::make_unique<data::Loader>(task.train, shard, train_opts));
+    if (!task.test) continue;
     data::LoaderOptions test_opts = train_opts;
     test_opts.shuffle = false;
     test_opts.bucket_by_length = false;
-    test_loaders.push_back(std::make_unique<data::Loader>(datasets.test, shard, test_opts));
+    test_loaders.push_back(std::make_unique<data::Loader>(task.test, shard, test_opts));
   }
-}
-
-dist::StepResult Trainer::Impl::evaluate() {
-  auto span = trace.span("evaluate", "eval");
-  for (auto& l : test_loaders) l->start(0, 1, 0);
-  dist::StepResult total;
-  std::vector<data::Batch> batches(test_loaders.size());
-  for (;;) {
-    for (std::size_t i = 0; i < test_loaders.size(); ++i) {
-      auto b = test_loaders[i]->next();
-      if (!b) return total;
-      batches[i] = std::move(*b);
-    }
-    const auto r = strategy->evaluate_step(batches);
-    total.loss_sum += r.loss_sum;
-    total.correct += r.correct;
-    total.count += r.count;
-  }
-}
-
-Trainer::Trainer(dist::Runtime& runtime, TrainConfig config)
-    : impl_(std::make_unique<Impl>(runtime, std::move(config))) {}
-Trainer::~Trainer() = default;
-FitSummary Trainer::fit() { return impl_->fit(); }
-
-FitSummary Trainer::Impl::fit() {
-  const StartPoint start = restore();
-  runtime.barrier();  // line the ranks' trace clocks up
-  trace.set_epoch_now();
-  const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
-  const auto t0 = Clock::now();
-  FitSummary summary;
-  summary.world_replicas = strategy->world_replicas();
-  summary.devices = selection.devices_str();
-  std::int64_t global_step = start.global_step, samples = 0;
-  bool stop = false;
-  std::vector<data::Batch> batches(train_loaders.size());
-
-  for (int epoch = start.epoch; epoch < config.epochs && !stop; ++epoch) {
-    const std::int64_t first = epoch == start.epoch ? start.step_in_epoch : 0;
-    for (auto& l : train_loaders) l->start(epoch, 1, first);
-    const auto epoch_t0 = Clock::now();
-    double loss_sum = 0, wait0 = 0;
-    std::int64_t correct = 0, count = 0, epoch_samples = 0;
-    for (auto& l : train_loaders) wait0 = std::max(wait0, l->wait_seconds());
-    for (std::int64_t step = first; step < steps_per_epoch; ++step) {
-      const auto step_t0 = Clock::now();
-      double wait_before = 0, wait_after = 0;
-      {
-        auto span = trace.span("data wait", "data");
-        for (std::size_t i = 0; i < train_loaders.size(); ++i) {
-          wait_before = std::max(wait_before, train_loaders[i]->wait_seconds());
-          auto b = train_loaders[i]->next();
-          MIRROR_CHECK(b.has_value(), Error, "loader ended before the epoch did");
-          batches[i] = std::move(*b);
-          wait_after = std::max(wait_after, train_loaders[i]->wait_seconds());
-        }
-      }
-      const double lr = schedule->lr_at(global_step) * lr_scale;
-      const double compute_t0 = trace.now_us();
-      const dist::StepResult r = strategy->train_step(batches, lr);
-      // The strategy reports phase durations; lay them out as spans of this step.
-      double ts = compute_t0;
-      for (auto [name, ms] : {std::pair{"forward", r.timing.forward_ms},
-                              {"backward", r.timing.backward_ms},
-                              {"all-reduce wait", r.timing.exposed_comm_ms},
-                              {"optimizer", r.timing.optimizer_ms}}) {
-        if (trace.enabled()) trace.record(name, "step", ts, ms * 1000, {{"step", global_step}});
-        ts += ms * 1000;
-      }
-      if (trace.enabled()) {
-        for (const auto& b : r.timing.buckets) {
-          trace.record("all-reduce bucket " + std::to_string(b.index), "comm",
-                       compute_t0 + b.launch_ms * 1000, (b.done_ms - b.launch_ms) * 1000,
-                       {{"step", global_step}, {"bucket", b.index}});
-        }
-      }
-      ++global_step;
-      loss_sum += r.loss_sum;
-      correct += r.correct;
-      count += r.count;
-      epoch_samples += r.count;
-      const double step_s = seconds_since(step_t0);
-      const double sps = static_cast<double>(r.count) / std::max(step_s, 1e-9);
-      const double elapsed = seconds_since(epoch_t0);
-      progress.step(epoch, config.epochs, step + 1, steps_per_epoch,
-                    epoch_samples / std::max(elapsed, 1e-9),
-                    elapsed / double(step + 1 - first) * double(steps_per_epoch - step - 1),
-                    count ? loss_sum / count : 0, count ? double(correct) / count : 0);
-      if (log.enabled()) {
-        log.write(
-            {{"type", "step"},
-             {"step", global_step},
-             {"epoch", epoch},
-             {"loss", r.loss},
-             {"accuracy", r.count ? double(r.correct) / r.count : 0.0},
-             {"lr", lr},
-             {"samples_per_s", sps},
-             {"step_ms", step_s * 1000},
-             {"data_wait_ms", (wait_after - wait_before) * 1000},
-             {"compute_ms", r.timing.forward_ms + r.timing.backward_ms + r.timing.optimizer_ms},
-             {"exposed_comm_ms", r.timing.exposed_comm_ms},
-             {"skipped", r.skipped}});
-      }
-      const StartPoint next{step + 1 == steps_per_epoch ? epoch + 1 : epoch,
-                            step + 1 == steps_per_epoch ? 0 : step + 1, global_step};
-      const bool last = config.max_steps > 0 && global_step - start.global_step >= config.max_steps;
-      if (config.checkpoint_every > 0 && global_step % config.checkpoint_every == 0)
-        save_checkpoint(next);
-      else if (!config.checkpoint_dir.empty() && (next.step_in_epoch == 0 || last))
-        save_checkpoint(next);
-      if (last) {
-        stop = true;
-        break;
-      }
-    }
-    samples += epoch_samples;
-    double wait1 = 0;
-    for (auto& l : train_loaders) wait1 = std::max(wait1, l->wait_seconds());
-    const dist::StepResult test = evaluate();
-    summary.train_loss = count ? loss_sum / count : 0;
-    summary.train_accuracy = count ? double(correct) / count : 0;
-    summary.test_loss = test.count ? test.loss_sum / test.count : 0;
-    summary.test_accuracy = test.count ? double(test.correct) / test.count : 0;
-    summary.data_wait_seconds += wait1 - wait0;
-    const double epoch_s = seconds_since(epoch_t0);
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "epoch %d/%d: loss %.4f accuracy %.4f | test loss %.4f accuracy %.4f | %.1f s, "
-                  "%.0f samples/s, "
-                  "data wait %.2f s",
-                  epoch + 1, config.epochs, summary.train_loss, summary.train_accuracy,
-                  summary.test_loss, summary.test_accuracy, epoch_s,
-                  epoch_samples / std::max(epoch_s, 1e-9), wait1 - wait0);
-    progress.epoch_done(line);
-    if (log.enabled()) {
-      log.write({{"type", "epoch"},
-                 {"epoch", epoch},
-                 {"step", global_step},
-                 {"loss", summary.train_loss},
-                 {"accuracy", summary.train_accuracy},
-                 {"test_loss", summary.test_loss},
-                 {"test_accuracy", summary.test_accuracy},
-                 {"seconds", epoch_s},
-                 {"samples_per_s", epoch_samples / std::max(epoch_s, 1e-9)},
-                 {"data_wait_s", wait1 - wait0}});
-    }
-  }
-  summary.steps = global_step - start.global_step;
-  summary.final_step = global_step;
-  summary.wall_seconds = seconds_since(t0);
-  summary.samples_per_second = samples / std::max(summary.wall_seconds, 1e-9);
-  strategy->check_replicas_identical();
-  summary.weights_fingerprint = strategy->weights_fingerprint();
-  write_trace();
-  if (is_root()) {
-    char line[512];
-    std::snprintf(
-        line, sizeof line,
-        "test accuracy: %.4f\ntest loss: %.4f\nwall time: %.1f s, %.0f samples/s, %lld steps\n"
-        "replicas: %d (rank 0 devices: %s)\nweights fingerprint: %016llx",
-        summary.test_accuracy, summary.test_loss, summary.wall_seconds, summary.samples_per_second,
-        static_cast<long long>(summary.steps), summary.world_replicas, summary.devices.c_str(),
-        static_cast<unsigned long long>(summary.weights_fingerprint));
-    progress.message(line);
-    if (log.enabled()) {
-      log.write({{"type", "summary"},
-                 {"test_accuracy", summary.test_accuracy},
-                 {"test_loss", summary.test_loss},
-                 {"wall_seconds", summary.wall_seconds},
-                 {"samples_per_s", summary.samples_per_second},
-                 {"steps", summary.steps},
-                 {"final_step", summary.final_step},
-                 {"replicas", summary.world_replicas}});
-    }
-  }
-  return summary;
 }
 
 void Trainer::Impl::write_trace() {
@@ -311,5 +241,13 @@ void Trainer::Impl::write_trace() {
   const auto all = runtime.all_gather_string(trace.serialise());
   if (is_root()) write_trace_file(config.trace, merge_traces(all));
 }
+
+Trainer::Trainer(dist::Runtime& runtime, TrainConfig config, Task task)
+    : impl_(std::make_unique<Impl>(runtime, std::move(config), std::move(task))) {}
+Trainer::Trainer(dist::Runtime& runtime, TrainConfig config)
+    : impl_(std::make_unique<Impl>(runtime, std::move(config), std::nullopt)) {}
+Trainer::~Trainer() = default;
+FitSummary Trainer::fit() { return impl_->fit(); }
+nn::Sequential& Trainer::model() { return impl_->strategy->model(0); }
 
 }  // namespace mirror::train

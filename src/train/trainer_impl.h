@@ -1,4 +1,6 @@
-// defines: Trainer::Impl and the helpers its pieces share (data, checkpoints, progress).
+// defines: Trainer::Impl and the pieces it shares across files: the task built from a config,
+// metric sums, the step/epoch events of the fit loop and the observers that turn them into
+// telemetry (progress, JSON log, trace, checkpoints).
 #pragma once
 
 #include <chrono>
@@ -21,20 +23,118 @@
 
 namespace mirror::train {
 
-struct Datasets {
-  std::shared_ptr<const data::Dataset> train, test;
-  nn::ModelSpec model;
-  /// Hash of sizes, shapes and labels: a checkpoint remembers which data it was trained on.
-  std::string checksum;
+// ---- data --------------------------------------------------------------------------------
+
+/// A task mirror-train builds from its config, with the short name its messages use.
+struct ConfigTask {
+  Task task;
+  std::string name;
 };
-/// Loads (or synthesises) the data the model needs; DataError when files are missing.
-Datasets load_datasets(const TrainConfig& config);
+/// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
+/// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
+/// InvalidArgument naming both values when the spec does not fit the data.
+ConfigTask task_from_config(const TrainConfig& config);
+
+struct DataSplits {
+  std::shared_ptr<const data::Dataset> train, test;  // test null when no test files are named
+};
+/// The user's data files named by the config (arrays, CSV or token text).
+DataSplits load_own_data(const TrainConfig& config);
+
+/// Note [Data limits]
+/// --train-limit N keeps N samples chosen by a permutation seeded from --seed (not the first N:
+/// files are often sorted by class, and the first N words of the word lists are all English).
+/// The kept indices are served in ascending order; the loader shuffles them per epoch anyway.
+/// `salt` makes the train and test draws independent. n <= 0 or n >= size: `dataset` itself.
+std::shared_ptr<const data::Dataset> random_subset(std::shared_ptr<const data::Dataset> dataset,
+                                                   std::int64_t n, std::uint64_t seed,
+                                                   std::uint64_t salt);
+
+/// Hash of sizes, shapes and targets: a checkpoint remembers which data it was trained on, and
+/// ranks check that they load the same data. `test` may be null.
+std::string data_checksum(const data::Dataset& train, const data::Dataset* test);
+
+// ---- metrics -----------------------------------------------------------------------------
+
+/// Sums of global step results over a step, an epoch or an evaluation pass, and the metrics
+/// they give for the loss kind: accuracy for softmax cross-entropy (per sample) and binary
+/// cross-entropy (per target element), mse and mae for mean squared error.
+struct MetricSums {
+  dist::LossKind kind = dist::LossKind::kSoftmaxCrossEntropy;
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  std::int64_t count = 0;
+  std::int64_t target_values = 0;
+  double squared_error_sum = 0;
+  double abs_error_sum = 0;
+
+  static MetricSums of(dist::LossKind kind, const dist::StepResult& r);
+  void add(const dist::StepResult& r);
+  double loss() const { return count ? loss_sum / static_cast<double>(count) : 0.0; }
+  double accuracy() const;
+  double mse() const { return per_value(squared_error_sum); }
+  double mae() const { return per_value(abs_error_sum); }
+  /// This kind's metrics by name, in print order: {accuracy} or {mse, mae}.
+  std::vector<std::pair<const char*, double>> named() const;
+  /// " accuracy 0.9123" or " mse 0.0123 mae 0.0456" (prefix before each name).
+  std::string text(const char* prefix = "") const;
+
+ private:
+  double per_value(double sum) const {
+    return target_values ? sum / static_cast<double>(target_values) : 0.0;
+  }
+};
+
+/// --loss auto: softmax cross-entropy for class labels, mean squared error for float targets;
+/// otherwise the named loss, which must suit the data (InvalidArgument naming both).
+dist::LossKind resolve_loss(const std::string& name, const data::Dataset& train);
+
+// ---- fit loop events ---------------------------------------------------------------------
 
 /// Where a run starts: fresh, or the position saved in a checkpoint.
 struct StartPoint {
   int epoch = 0;
   std::int64_t step_in_epoch = 0;
   std::int64_t global_step = 0;
+};
+
+/// One finished training step, as the observers see it.
+struct StepEvent {
+  int epoch = 0;
+  std::int64_t step = 0;        // 0-based within the epoch
+  std::int64_t first_step = 0;  // where this epoch's run started (resume mid-epoch)
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t global_step = 0;  // steps done, this one included
+  double lr = 0;
+  const dist::StepResult* result = nullptr;
+  double compute_start_us = 0;  // trace clock when train_step began
+  double step_seconds = 0;
+  double data_wait_seconds = 0;
+  double epoch_seconds = 0;                   // since the epoch started
+  const MetricSums* epoch_metrics = nullptr;  // the epoch so far, this step included
+  StartPoint next;                            // where a run resuming after this step starts
+  bool last = false;                          // --max-steps reached: the loop stops after this step
+};
+
+/// One finished epoch (train metrics, and the evaluation when the task has a test split).
+struct EpochEvent {
+  int epoch = 0;
+  std::int64_t global_step = 0;
+  MetricSums train;
+  std::optional<MetricSums> test;
+  double seconds = 0;
+  std::int64_t samples = 0;
+  double data_wait_seconds = 0;
+};
+
+/// Telemetry hooked to the loop: every rank calls every observer; the rank-0-only ones do
+/// nothing elsewhere.
+class FitObserver {
+ public:
+  virtual ~FitObserver() = default;
+  virtual void on_step(const StepEvent&) {}
+  virtual void on_epoch(const EpochEvent&) {}
+  virtual void on_end(const FitSummary&) {}
 };
 
 /// Console output on rank 0: a progress bar on a terminal (unless --no-progress), plain lines
@@ -44,7 +144,7 @@ class Progress {
   Progress(bool enabled, bool bar) : enabled_(enabled), bar_(bar) {}
   /// `step` is 1-based within the epoch; eta_s estimates the rest of the epoch.
   void step(int epoch, int epochs, std::int64_t step, std::int64_t steps, double samples_per_s,
-            double eta_s, double loss, double accuracy);
+            double eta_s, const MetricSums& metrics);
   void epoch_done(const std::string& line);
   void message(const std::string& line);
 
@@ -54,13 +154,22 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
+/// The observers of a run, in the order they are told: trace, progress, JSON log, checkpoints.
+std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
+
+// ---- the trainer -------------------------------------------------------------------------
+
 struct Trainer::Impl {
-  Impl(dist::Runtime& runtime, TrainConfig config);
+  Impl(dist::Runtime& runtime, TrainConfig config, std::optional<Task> task);
 
   dist::Runtime& runtime;
   TrainConfig config;
   dist::DeviceSelection selection;
-  Datasets datasets;
+  Task task;
+  std::string model_name;    // for messages: the spec's name, or "custom"
+  bool from_config = false;  // the task was built from the config (a model spec)
+  std::string checksum;      // data_checksum of the task's data
+  dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
   std::unique_ptr<dist::MirroredStrategy> strategy;
   std::vector<std::unique_ptr<data::Loader>> train_loaders, test_loaders;
   std::unique_ptr<optim::LrSchedule> schedule;
@@ -72,12 +181,27 @@ struct Trainer::Impl {
   Progress progress;
 
   bool is_root() const { return runtime.world_rank() == 0; }
+  void check_task() const;
+  void check_model_output();
+  void make_strategy();
   void make_loaders();
   StartPoint restore();
+  /// Whether a checkpoint's model description is this task's.
+  bool same_model(const std::string& stored) const;
   void save_checkpoint(const StartPoint& next);
-  dist::StepResult evaluate();
   void write_trace();
   FitSummary fit();
+
+  // fit's named steps (trainer_fit.cpp)
+  struct EpochRun;
+  EpochRun begin_epoch(int epoch, std::int64_t first_step);
+  std::vector<data::Batch> next_batches(double& wait_seconds);
+  StepEvent train_step(EpochRun& run, std::vector<data::Batch>& batches, std::int64_t step,
+                       std::int64_t global_step);
+  void record_step(EpochRun& run, StepEvent& event);
+  EpochEvent end_epoch(EpochRun& run, std::int64_t global_step);
+  std::optional<MetricSums> evaluate();
+  FitSummary finish(const FitSummary& partial);
 };
 
 }  // namespace mirror::train

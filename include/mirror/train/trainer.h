@@ -1,6 +1,7 @@
-// defines: TrainConfig (everything mirror-train's flags and --config JSON set) and Trainer, the
-// Keras-like fit/evaluate loop over a MirroredStrategy: data per replica, metrics reduced across
-// ranks, progress on rank 0, checkpoints and resume, JSON-lines log and Chrome trace.
+// defines: TrainConfig (everything mirror-train's flags and --config JSON set), Task (any model
+// and any data) and Trainer, the Keras-like fit/evaluate loop over a MirroredStrategy: data per
+// replica, metrics reduced across ranks, progress on rank 0, checkpoints and resume, JSON-lines
+// log and Chrome trace.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mirror/data/dataset.h"
+#include "mirror/distributed/strategy.h"
+
 namespace mirror::dist {
 class Runtime;
 }
@@ -17,12 +21,24 @@ class Runtime;
 namespace mirror::train {
 
 struct TrainConfig {
-  // model and data
-  std::string model = "cnn";     // cnn | gru-rows | gru-words
-  std::string data = "real";     // real | synthetic
-  std::string data_dir;          // Fashion-MNIST IDX files (default: the Debian package's folder)
-  std::string dict_dir;          // word lists (default /usr/share/dict)
-  std::int64_t train_limit = 0;  // use only the first N training samples (0 = all)
+  // model
+  std::string model = "cnn";  // built-in spec: cnn | gru-rows | gru-words
+  std::string model_spec;     // a model spec JSON file (replaces --model)
+  std::string loss = "auto";  // auto (softmax CE for class labels, MSE for float targets) | ...
+  // built-in data (when no data files are given)
+  std::string data = "real";  // real | synthetic
+  std::string data_dir;       // Fashion-MNIST IDX files (default: the Debian package's folder)
+  std::string dict_dir;       // word lists (default /usr/share/dict)
+  // the user's data files (one kind per split: arrays, CSV or token text)
+  std::string train_x, train_y, test_x, test_y;  // .npy or IDX (.gz accepted)
+  std::string train_csv, test_csv;
+  std::string label_column;               // CSV label column: name or 0-based index (default: last)
+  std::string csv_header = "auto";        // auto | yes | no
+  std::string train_tokens, test_tokens;  // "label id id ..." per line
+  int num_classes = 0;                    // 0: from the labels (max + 1)
+  std::string input_shape;                // reshape array samples, e.g. "1,28,28"
+  // Use N samples drawn by a permutation seeded from `seed` (0 = all); see Note [Data limits].
+  std::int64_t train_limit = 0;
   std::int64_t test_limit = 0;
   // schedule
   int epochs = 1;
@@ -45,6 +61,7 @@ struct TrainConfig {
   int threads = 0;  // OpenMP threads per rank (0: cores on the node / ranks on the node)
   // distribution
   double comm_timeout_s = 600;
+  double startup_timeout_s = 120;  // MPI start-up watchdog (Note [Start-up watchdog], runtime.h)
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   std::string compression = "none";  // none | fp16 | bf16
@@ -60,6 +77,11 @@ struct TrainConfig {
   std::string trace;
   bool progress = true;  // progress bar on rank 0 when stdout is a terminal
 
+  /// True when the data comes from the user's files rather than the built-in sets.
+  bool own_data() const;
+  /// --input-shape as dimensions (empty when not given); InvalidArgument for bad text.
+  std::vector<std::int64_t> parsed_input_shape() const;
+
   nlohmann::json to_json() const;
   /// Unknown keys and wrong types are InvalidArgument naming the key.
   static TrainConfig from_json(const nlohmann::json& json);
@@ -67,11 +89,17 @@ struct TrainConfig {
   void validate() const;
 };
 
+/// Metrics of the last epoch. Accuracy is per sample for softmax cross-entropy and per target
+/// element for binary cross-entropy; mse/mae are set for mean squared error (0 otherwise).
 struct FitSummary {
+  std::string loss;        // the loss trained, e.g. "softmax-cross-entropy" or "mse"
+  bool evaluated = false;  // false when the task has no test split (test_* stay 0)
   double test_loss = 0;
   double test_accuracy = 0;
+  double test_mse = 0, test_mae = 0;
   double train_loss = 0;  // last epoch's mean
   double train_accuracy = 0;
+  double train_mse = 0, train_mae = 0;
   std::int64_t steps = 0;       // steps run by this fit (resumed steps not counted)
   std::int64_t final_step = 0;  // global step index reached
   double wall_seconds = 0;
@@ -82,10 +110,28 @@ struct FitSummary {
   std::uint64_t weights_fingerprint = 0;
 };
 
+/// What the generic fit loop trains: any model and any data. mirror-train's built-in models are
+/// Tasks made from the config.
+struct Task {
+  /// Builds the same architecture on every device it is called with (one call per replica);
+  /// the strategy broadcasts replica 0's initial weights. Parameter names (Sequential's) are the
+  /// tensor names in checkpoints.
+  dist::ModelFactory model;
+  /// Identifies the architecture: stored in checkpoints and compared on resume (a different
+  /// description is an error naming both).
+  std::string model_description;
+  std::shared_ptr<const data::Dataset> train;  // required
+  std::shared_ptr<const data::Dataset> test;   // optional: no evaluation when null
+};
+
 /// Runs a whole training job on every rank (collective: every rank constructs one and calls
-/// fit() with the same config).
+/// fit() with the same config and an equal task).
 class Trainer {
  public:
+  /// The generic path: trains `task` with the schedule, optimizer, devices, distribution and
+  /// outputs of `config` (its model and data fields are not used).
+  Trainer(dist::Runtime& runtime, TrainConfig config, Task task);
+  /// mirror-train: the task (built-in model and data) comes from the config.
   Trainer(dist::Runtime& runtime, TrainConfig config);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -94,6 +140,9 @@ class Trainer {
   /// Trains for the configured epochs (resuming first when asked), evaluating on the test split
   /// after each epoch; rank 0 prints progress and the final summary.
   FitSummary fit();
+
+  /// Local replica 0's model (after fit(): the trained weights, identical on every replica).
+  nn::Sequential& model();
 
   struct Impl;
 

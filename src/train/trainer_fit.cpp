@@ -1,0 +1,175 @@
+// The fit loop: per epoch, per step: next batches -> train step -> record metrics -> tell the
+// observers; at the end of an epoch: evaluate and tell the observers. Telemetry (progress, JSON
+// log, trace, checkpoints) lives in the observers (trainer_observers.cpp), not here.
+#include <algorithm>
+
+#include "mirror/error.h"
+#include "train/trainer_impl.h"
+
+namespace mirror::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double max_wait(const std::vector<std::unique_ptr<data::Loader>>& loaders) {
+  double w = 0;
+  for (const auto& l : loaders) w = std::max(w, l->wait_seconds());
+  return w;
+}
+
+}  // namespace
+
+/// One epoch in progress: where it started, its clock and its metric sums so far.
+struct Trainer::Impl::EpochRun {
+  int epoch = 0;
+  std::int64_t first_step = 0;
+  std::int64_t steps = 0;
+  Clock::time_point start;
+  double wait_at_start = 0;
+  MetricSums metrics;
+  dist::StepResult last;  // the StepEvent of the current step points at it
+};
+
+FitSummary Trainer::Impl::fit() {
+  const StartPoint start = restore();
+  runtime.barrier();  // line the ranks' trace clocks up
+  trace.set_epoch_now();
+  const auto observers = make_observers(*this);
+  const auto t0 = Clock::now();
+  FitSummary summary;
+  summary.loss = dist::loss_name(loss);
+  std::int64_t global_step = start.global_step;
+  std::int64_t samples = 0;
+  bool stop = false;
+  for (int epoch = start.epoch; epoch < config.epochs && !stop; ++epoch) {
+    EpochRun run = begin_epoch(epoch, epoch == start.epoch ? start.step_in_epoch : 0);
+    for (std::int64_t step = run.first_step; step < run.steps && !stop; ++step) {
+      const auto step_start = Clock::now();
+      double wait = 0;
+      std::vector<data::Batch> batches = next_batches(wait);
+      StepEvent event = train_step(run, batches, step, global_step++);
+      event.data_wait_seconds = wait;
+      event.step_seconds = seconds_since(step_start);
+      record_step(run, event);
+      stop = event.last =
+          config.max_steps > 0 && global_step - start.global_step >= config.max_steps;
+      for (auto& o : observers) o->on_step(event);
+    }
+    const EpochEvent done = end_epoch(run, global_step);
+    samples += done.samples;
+    summary.train_loss = done.train.loss();
+    summary.train_accuracy = done.train.accuracy();
+    summary.train_mse = done.train.mse();
+    summary.train_mae = done.train.mae();
+    summary.evaluated = done.test.has_value();
+    if (done.test) {
+      summary.test_loss = done.test->loss();
+      summary.test_accuracy = done.test->accuracy();
+      summary.test_mse = done.test->mse();
+      summary.test_mae = done.test->mae();
+    }
+    summary.data_wait_seconds += done.data_wait_seconds;
+    for (auto& o : observers) o->on_epoch(done);
+  }
+  summary.steps = global_step - start.global_step;
+  summary.final_step = global_step;
+  summary.wall_seconds = seconds_since(t0);
+  summary.samples_per_second = static_cast<double>(samples) / std::max(summary.wall_seconds, 1e-9);
+  summary = finish(summary);
+  for (auto& o : observers) o->on_end(summary);
+  return summary;
+}
+
+Trainer::Impl::EpochRun Trainer::Impl::begin_epoch(int epoch, std::int64_t first_step) {
+  for (auto& l : train_loaders) l->start(epoch, 1, first_step);
+  EpochRun run;
+  run.epoch = epoch;
+  run.first_step = first_step;
+  run.steps = train_loaders.front()->steps_per_epoch();
+  run.start = Clock::now();
+  run.wait_at_start = max_wait(train_loaders);
+  run.metrics.kind = loss;
+  return run;
+}
+
+std::vector<data::Batch> Trainer::Impl::next_batches(double& wait_seconds) {
+  auto span = trace.span("data wait", "data");
+  std::vector<data::Batch> batches(train_loaders.size());
+  double before = 0, after = 0;
+  for (std::size_t i = 0; i < train_loaders.size(); ++i) {
+    before = std::max(before, train_loaders[i]->wait_seconds());
+    auto b = train_loaders[i]->next();
+    MIRROR_CHECK(b.has_value(), Error, "loader ended before the epoch did");
+    batches[i] = std::move(*b);
+    after = std::max(after, train_loaders[i]->wait_seconds());
+  }
+  wait_seconds = after - before;
+  return batches;
+}
+
+StepEvent Trainer::Impl::train_step(EpochRun& run, std::vector<data::Batch>& batches,
+                                    std::int64_t step, std::int64_t global_step) {
+  StepEvent e;
+  e.epoch = run.epoch;
+  e.step = step;
+  e.first_step = run.first_step;
+  e.steps_per_epoch = run.steps;
+  e.lr = schedule->lr_at(global_step) * lr_scale;
+  e.compute_start_us = trace.now_us();
+  run.last = strategy->train_step(batches, e.lr);
+  e.result = &run.last;
+  e.global_step = global_step + 1;
+  const bool epoch_ends = step + 1 == run.steps;
+  e.next = {epoch_ends ? run.epoch + 1 : run.epoch, epoch_ends ? 0 : step + 1, e.global_step};
+  return e;
+}
+
+void Trainer::Impl::record_step(EpochRun& run, StepEvent& event) {
+  run.metrics.add(*event.result);  // run.metrics.kind was set by begin_epoch
+  event.epoch_metrics = &run.metrics;
+  event.epoch_seconds = seconds_since(run.start);
+}
+
+EpochEvent Trainer::Impl::end_epoch(EpochRun& run, std::int64_t global_step) {
+  EpochEvent e;
+  e.epoch = run.epoch;
+  e.global_step = global_step;
+  e.train = run.metrics;
+  e.samples = run.metrics.count;
+  e.data_wait_seconds = max_wait(train_loaders) - run.wait_at_start;
+  e.test = evaluate();
+  e.seconds = seconds_since(run.start);
+  return e;
+}
+
+std::optional<MetricSums> Trainer::Impl::evaluate() {
+  if (test_loaders.empty()) return std::nullopt;
+  auto span = trace.span("evaluate", "eval");
+  for (auto& l : test_loaders) l->start(0, 1, 0);
+  MetricSums total;
+  total.kind = loss;
+  std::vector<data::Batch> batches(test_loaders.size());
+  for (;;) {
+    for (std::size_t i = 0; i < test_loaders.size(); ++i) {
+      auto b = test_loaders[i]->next();
+      if (!b) return total;
+      batches[i] = std::move(*b);
+    }
+    total.add(strategy->evaluate_step(batches));
+  }
+}
+
+FitSummary Trainer::Impl::finish(const FitSummary& partial) {
+  FitSummary summary = partial;
+  summary.world_replicas = strategy->world_replicas();
+  summary.devices = selection.devices_str();
+  strategy->check_replicas_identical();
+  summary.weights_fingerprint = strategy->weights_fingerprint();
+  write_trace();
+  return summary;
+}
+
+}  // namespace mirror::train

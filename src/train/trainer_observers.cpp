@@ -1,0 +1,183 @@
+// The fit loop's observers: the trace spans of each step's phases, the console (progress bar,
+// epoch lines, summary), the JSON-lines log and the checkpoints.
+#include <algorithm>
+#include <cstdio>
+
+#include "train/trainer_impl.h"
+
+namespace mirror::train {
+namespace {
+
+double per_second(double n, double seconds) { return n / std::max(seconds, 1e-9); }
+
+/// The strategy reports phase durations; they are laid out as spans of the step.
+class TraceSteps final : public FitObserver {
+ public:
+  explicit TraceSteps(TraceRecorder& trace) : trace_(trace) {}
+  void on_step(const StepEvent& e) override {
+    if (!trace_.enabled()) return;
+    const dist::StepTiming& timing = e.result->timing;
+    const std::int64_t step = e.global_step - 1;  // the index the step ran at
+    double ts = e.compute_start_us;
+    for (auto [name, ms] : {std::pair{"forward", timing.forward_ms},
+                            {"backward", timing.backward_ms},
+                            {"all-reduce wait", timing.exposed_comm_ms},
+                            {"optimizer", timing.optimizer_ms}}) {
+      trace_.record(name, "step", ts, ms * 1000, {{"step", step}});
+      ts += ms * 1000;
+    }
+    for (const auto& b : timing.buckets) {
+      trace_.record("all-reduce bucket " + std::to_string(b.index), "comm",
+                    e.compute_start_us + b.launch_ms * 1000, (b.done_ms - b.launch_ms) * 1000,
+                    {{"step", step}, {"bucket", b.index}});
+    }
+  }
+
+ private:
+  TraceRecorder& trace_;
+};
+
+class Console final : public FitObserver {
+ public:
+  Console(Progress& progress, int epochs) : progress_(progress), epochs_(epochs) {}
+
+  void on_step(const StepEvent& e) override {
+    const MetricSums& m = *e.epoch_metrics;
+    const double done = static_cast<double>(e.step + 1 - e.first_step);
+    const double left = static_cast<double>(e.steps_per_epoch - e.step - 1);
+    progress_.step(e.epoch, epochs_, e.step + 1, e.steps_per_epoch,
+                   per_second(static_cast<double>(m.count), e.epoch_seconds),
+                   e.epoch_seconds / done * left, m);
+  }
+
+  void on_epoch(const EpochEvent& e) override {
+    char test[128] = "";
+    if (e.test) {
+      std::snprintf(test, sizeof test, " | test loss %.4f %s", e.test->loss(),
+                    e.test->text().c_str());
+    }
+    char line[384];
+    std::snprintf(line, sizeof line,
+                  "epoch %d/%d: loss %.4f %s%s | %.1f s, %.0f samples/s, data wait %.2f s",
+                  e.epoch + 1, epochs_, e.train.loss(), e.train.text().c_str(), test, e.seconds,
+                  per_second(static_cast<double>(e.samples), e.seconds), e.data_wait_seconds);
+    progress_.epoch_done(line);
+  }
+
+  void on_end(const FitSummary& s) override {
+    const bool mse = s.loss == dist::loss_name(dist::LossKind::kMeanSquaredError);
+    char head[160];
+    if (s.evaluated && mse) {
+      std::snprintf(head, sizeof head, "test mse: %.4f\ntest mae: %.4f\ntest loss: %.4f",
+                    s.test_mse, s.test_mae, s.test_loss);
+    } else if (s.evaluated) {
+      std::snprintf(head, sizeof head, "test accuracy: %.4f\ntest loss: %.4f", s.test_accuracy,
+                    s.test_loss);
+    } else if (mse) {
+      std::snprintf(head, sizeof head, "no test data; last epoch: loss %.4f mse %.4f mae %.4f",
+                    s.train_loss, s.train_mse, s.train_mae);
+    } else {
+      std::snprintf(head, sizeof head, "no test data; last epoch: loss %.4f accuracy %.4f",
+                    s.train_loss, s.train_accuracy);
+    }
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%s\nwall time: %.1f s, %.0f samples/s, %lld steps\n"
+                  "replicas: %d (rank 0 devices: %s)\nweights fingerprint: %016llx",
+                  head, s.wall_seconds, s.samples_per_second, static_cast<long long>(s.steps),
+                  s.world_replicas, s.devices.c_str(),
+                  static_cast<unsigned long long>(s.weights_fingerprint));
+    progress_.message(line);
+  }
+
+ private:
+  Progress& progress_;
+  int epochs_;
+};
+
+class JsonLog final : public FitObserver {
+ public:
+  explicit JsonLog(MetricsLog& log) : log_(log) {}
+
+  void on_step(const StepEvent& e) override {
+    if (!log_.enabled()) return;
+    const dist::StepResult& r = *e.result;
+    nlohmann::json j = {
+        {"type", "step"}, {"step", e.global_step}, {"epoch", e.epoch}, {"loss", r.loss}};
+    for (auto [name, value] : MetricSums::of(e.epoch_metrics->kind, r).named()) j[name] = value;
+    j["lr"] = e.lr;
+    j["samples_per_s"] = per_second(static_cast<double>(r.count), e.step_seconds);
+    j["step_ms"] = e.step_seconds * 1000;
+    j["data_wait_ms"] = e.data_wait_seconds * 1000;
+    j["compute_ms"] = r.timing.forward_ms + r.timing.backward_ms + r.timing.optimizer_ms;
+    j["exposed_comm_ms"] = r.timing.exposed_comm_ms;
+    j["skipped"] = r.skipped;
+    log_.write(j);
+  }
+
+  void on_epoch(const EpochEvent& e) override {
+    if (!log_.enabled()) return;
+    nlohmann::json j = {
+        {"type", "epoch"}, {"epoch", e.epoch}, {"step", e.global_step}, {"loss", e.train.loss()}};
+    for (auto [name, value] : e.train.named()) j[name] = value;
+    if (e.test) {
+      j["test_loss"] = e.test->loss();
+      for (auto [name, value] : e.test->named()) j[std::string("test_") + name] = value;
+    }
+    j["seconds"] = e.seconds;
+    j["samples_per_s"] = per_second(static_cast<double>(e.samples), e.seconds);
+    j["data_wait_s"] = e.data_wait_seconds;
+    log_.write(j);
+  }
+
+  void on_end(const FitSummary& s) override {
+    if (!log_.enabled()) return;
+    nlohmann::json j = {{"type", "summary"}, {"loss_kind", s.loss}};
+    const bool mse = s.loss == dist::loss_name(dist::LossKind::kMeanSquaredError);
+    if (s.evaluated && mse) {
+      j["test_mse"] = s.test_mse;
+      j["test_mae"] = s.test_mae;
+    } else if (s.evaluated) {
+      j["test_accuracy"] = s.test_accuracy;
+    }
+    if (s.evaluated) j["test_loss"] = s.test_loss;
+    j["wall_seconds"] = s.wall_seconds;
+    j["samples_per_s"] = s.samples_per_second;
+    j["steps"] = s.steps;
+    j["final_step"] = s.final_step;
+    j["replicas"] = s.world_replicas;
+    log_.write(j);
+  }
+
+ private:
+  MetricsLog& log_;
+};
+
+/// Saves every --checkpoint-every steps, at the end of each epoch and when --max-steps stops
+/// the run (rank 0 writes; save_checkpoint does nothing elsewhere).
+class Checkpoints final : public FitObserver {
+ public:
+  explicit Checkpoints(Trainer::Impl& impl) : impl_(impl) {}
+  void on_step(const StepEvent& e) override {
+    const TrainConfig& c = impl_.config;
+    const bool every = c.checkpoint_every > 0 && e.global_step % c.checkpoint_every == 0;
+    const bool boundary = !c.checkpoint_dir.empty() && (e.next.step_in_epoch == 0 || e.last);
+    if (every || boundary) impl_.save_checkpoint(e.next);
+  }
+
+ private:
+  Trainer::Impl& impl_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl) {
+  std::vector<std::unique_ptr<FitObserver>> out;
+  out.push_back(std::make_unique<TraceSteps>(impl.trace));
+  out.push_back(std::make_unique<Console>(impl.progress, impl.config.epochs));
+  out.push_back(std::make_unique<JsonLog>(impl.log));
+  out.push_back(std::make_unique<Checkpoints>(impl));
+  return out;
+}
+
+}  // namespace mirror::train
