@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Mirror as an installed library: `cmake --install` into a temporary prefix, then, against that
 # prefix only: every public header compiles alone, the installed programs find libmirror.so,
-# examples/external_project (find_package(Mirror)) builds and trains under 2 MPI ranks with a
-# falling loss and the same weights on both ranks, a consumer links Mirror::mirror_static, and
-# one builds with `pkg-config --cflags --libs mirror`. Usage: install_external.sh BUILD_DIR
+# examples/external_project (find_package(Mirror)) builds and trains (train::Trainer) under 2 MPI
+# ranks with a falling loss, the same weights on both ranks, checkpoints and a JSON-lines log; a
+# consumer links Mirror::mirror_static, and one builds with `pkg-config --cflags --libs mirror`.
+# Usage: install_external.sh BUILD_DIR
 set -euo pipefail
 build="$(cd "${1:?usage: install_external.sh BUILD_DIR}" && pwd)"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -72,13 +73,15 @@ cmake -S "$source_dir/examples/external_project" -B "$work/external" -G "$genera
 grep -q "^Mirror_DIR:PATH=$libdir/cmake/Mirror$" "$work/external/CMakeCache.txt" ||
   fail "external_project did not find Mirror in $prefix"
 cmake --build "$work/external" >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "build external_project"; }
-mpirun --oversubscribe --bind-to none -np 2 "$work/external/spirals" >"$work/run.out" 2>&1 ||
+mpirun --oversubscribe --bind-to none -np 2 "$work/external/spirals" 6 "$work/run" >"$work/run.out" 2>&1 ||
   { cat "$work/run.out"; fail "external_project run"; }
 cat "$work/run.out"
+ls "$work/run/checkpoints"/* >/dev/null || fail "external_project wrote no checkpoint"
+grep -q '"type": *"epoch"' "$work/run/log.jsonl" || fail "external_project wrote no JSON-lines log"
 python3 - "$work/run.out" <<'PY' || fail "external_project: see above"
 import re, sys
 text = open(sys.argv[1]).read()
-losses = [float(x) for x in re.findall(r"^epoch \d+ loss ([0-9.]+)", text, re.M)]
+losses = [float(x) for x in re.findall(r"^epoch \d+/\d+: loss ([0-9.]+)", text, re.M)]
 assert len(losses) >= 2, f"expected per-epoch losses, found {losses}"
 assert losses[-1] < 0.8 * losses[0], f"the loss did not fall: {losses}"
 prints = re.findall(r"^rank (\d+) weights fingerprint ([0-9a-f]+)", text, re.M)
