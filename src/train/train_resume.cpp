@@ -161,6 +161,39 @@ std::int64_t optimizer_steps(const NamedTensors& tensors) {
   return steps;
 }
 
+/// Where the run goes on: the checkpoint's position, moved to the same number of samples into
+/// the epoch when the global batch changed (--allow-config-change).
+StartPoint position_of(const Metadata& m, std::int64_t global_batch, std::int64_t steps_per_epoch) {
+  StartPoint s;
+  s.epoch = meta_int<int>(m, "mirror.epoch", 0);
+  s.step_in_epoch = meta_int<std::int64_t>(m, "mirror.step_in_epoch", 0);
+  s.global_step = meta_int<std::int64_t>(m, "mirror.step", 0);
+  const std::int64_t old_batch = meta_int<std::int64_t>(m, "mirror.global_batch", 1);
+  if (old_batch != global_batch) {
+    s.step_in_epoch = s.step_in_epoch * old_batch / global_batch;
+    if (s.step_in_epoch >= steps_per_epoch) s = {s.epoch + 1, 0, s.global_step};
+  }
+  MIRROR_CHECK(s.step_in_epoch < steps_per_epoch, DataError,
+               "checkpoint metadata 'mirror.step_in_epoch' is " + std::to_string(s.step_in_epoch) +
+                   " but an epoch has " + std::to_string(steps_per_epoch) + " steps");
+  return s;
+}
+
+/// Copies the (validated) weights into every local replica, and the optimizer state unless the
+/// optimizer changed (then it starts fresh).
+void load_tensors(dist::MirroredStrategy& strategy, const NamedTensors& tensors,
+                  bool with_optimizer) {
+  optim::State opt_state;
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind(kOptimizerPrefix, 0) == 0)
+      opt_state[name.substr(std::string(kOptimizerPrefix).size())] = t;
+  }
+  for (int r = 0; r < strategy.local_replicas(); ++r) {
+    for (nn::Parameter* p : strategy.model(r).parameters()) p->value.copy_from(tensors.at(p->name));
+    if (with_optimizer) strategy.optimizer(r).load_state(opt_state);
+  }
+}
+
 }  // namespace
 
 bool Trainer::Impl::same_model(const std::string& stored) const {
@@ -314,11 +347,7 @@ StartPoint Trainer::Impl::load_checkpoint(const SafetensorsFile& file, const std
                "it was trained on other data (checksum " + meta(m, "mirror.data_checksum") +
                    ", now " + checksum +
                    "); resume with the same --data, --train-limit and --test-limit");
-  StartPoint s;
-  s.epoch = meta_int<int>(m, "mirror.epoch", 0);
-  s.step_in_epoch = meta_int<std::int64_t>(m, "mirror.step_in_epoch", 0);
-  s.global_step = meta_int<std::int64_t>(m, "mirror.step", 0);
-
+  const StartPoint s = position_of(m, global_batch, train_loaders.front()->steps_per_epoch());
   const std::vector<std::string> changes = config_changes(m);
   MIRROR_CHECK(changes.empty() || config.allow_config_change, InvalidArgument,
                "this run's configuration differs from the checkpoint's:" + joined(changes) +
@@ -336,27 +365,7 @@ StartPoint Trainer::Impl::load_checkpoint(const SafetensorsFile& file, const std
         "that differs from the checkpoint's:" +
         joined(changes) + (same_optimizer ? "" : "\n  (the optimizer starts from fresh state)"));
   }
-  const std::int64_t old_batch = meta_int<std::int64_t>(m, "mirror.global_batch", 1);
-  const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
-  if (old_batch != global_batch) {
-    // Continue after the same number of samples of the epoch's shuffled order.
-    s.step_in_epoch = s.step_in_epoch * old_batch / global_batch;
-    if (s.step_in_epoch >= steps_per_epoch) s = {s.epoch + 1, 0, s.global_step};
-  }
-  MIRROR_CHECK(s.step_in_epoch < steps_per_epoch, DataError,
-               "checkpoint metadata 'mirror.step_in_epoch' is " + std::to_string(s.step_in_epoch) +
-                   " but an epoch has " + std::to_string(steps_per_epoch) + " steps");
-
-  optim::State opt_state;
-  for (const auto& [name, t] : file.tensors) {
-    if (name.rfind(kOptimizerPrefix, 0) == 0)
-      opt_state[name.substr(std::string(kOptimizerPrefix).size())] = t;
-  }
-  for (int r = 0; r < strategy->local_replicas(); ++r) {
-    for (nn::Parameter* p : strategy->model(r).parameters())
-      p->value.copy_from(file.tensors.at(p->name));
-    if (same_optimizer) strategy->optimizer(r).load_state(opt_state);
-  }
+  load_tensors(*strategy, file.tensors, same_optimizer);
   strategy->check_replicas_identical();
   if (is_root()) {
     progress.message("[mirror] resumed from " + found + " at epoch " + std::to_string(s.epoch + 1) +
