@@ -7,8 +7,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "backend_registry.h"
+#include "backend.h"
 #include "distributed/collective_util.h"
+#include "distributed/device_collectives.h"
 #include "distributed/runtime_internal.h"
 #include "math/convert.h"
 #include "mirror/distributed/device_selection.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda/context.h"
-#include "cuda/cuda_backend.h"
+#include "cuda/nccl_collectives.h"
 #include "mirror/error.h"
 
 namespace mirror::cuda {
@@ -310,7 +310,8 @@ void NcclCommunicator::poll() {
 }  // namespace mirror::cuda
 
 // ---------------------------------------------------------------- factory and groups
-namespace mirror {
+namespace mirror::dist {
+namespace {
 
 void nccl_group_start() {
   MIRROR_NCCL_CHECK(ncclGroupStart());
@@ -330,7 +331,7 @@ void nccl_group_end() {
   MIRROR_NCCL_CHECK(r);
 }
 
-std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators_cuda(
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
     const std::vector<Device>& devices, const NcclBootstrap& boot) {
   const int local = static_cast<int>(devices.size());
   MIRROR_CHECK(local > 0, InvalidArgument, "make_nccl_communicators: no devices given");
@@ -368,7 +369,7 @@ std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators_cuda(
     MIRROR_NCCL_CHECK(first_error);
     MIRROR_NCCL_CHECK(end);
   }
-  std::vector<std::unique_ptr<dist::Communicator>> out;
+  std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < local; ++i) {
     out.push_back(std::make_unique<cuda::NcclCommunicator>(comms[i], devices[i].index,
                                                            boot.first_rank + i, boot.world_size));
@@ -376,4 +377,15 @@ std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators_cuda(
   return out;
 }
 
-}  // namespace mirror
+}  // namespace
+
+DeviceCollectives nccl_collectives() {
+  DeviceCollectives c;
+  c.make_communicators = &make_nccl_communicators_cuda;
+  c.group_start = &nccl_group_start;
+  c.group_end = &nccl_group_end;
+  c.pinned_host_buffer = &make_pinned_host_buffer;
+  return c;
+}
+
+}  // namespace mirror::dist
