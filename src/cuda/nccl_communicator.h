@@ -101,7 +101,6 @@ class NcclCommunicator final : public dist::Communicator {
   template <class Call>
   std::shared_ptr<NcclWork> launch(const char* op, const std::string& tag, std::vector<Tensor> keep,
                                    Call&& call);
-  void check_tensor(const Tensor& t, const char* op, const char* what) const;
   void watchdog();
   /// One watchdog round: async errors, completed and overdue collectives.
   void poll();
