@@ -10,7 +10,7 @@
 #include "mirror/gpu.h"
 #if MIRROR_WITH_CUDA
 #include "cuda/cuda_backend.h"
-#include "cuda/nccl_collectives.h"
+#include "distributed/cuda/nccl_collectives.h"
 #endif
 
 namespace mirror {

@@ -1,6 +1,6 @@
 // NcclCommunicator: NCCL collectives on each device's communication stream, ordered against
 // its compute stream with events, guarded by a watchdog (Note [NCCL watchdog]).
-#include "cuda/nccl_communicator.h"
+#include "distributed/cuda/nccl_communicator.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "cuda/context.h"
-#include "cuda/nccl_collectives.h"
 #include "distributed/collective_op.h"
+#include "distributed/cuda/nccl_collectives.h"
 #include "mirror/error.h"
 
 namespace mirror::cuda {

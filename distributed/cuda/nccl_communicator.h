@@ -17,7 +17,7 @@
 // than timeout(), it calls ncclCommAbort (which ends the stuck kernels), prints one line
 // naming the operation and its tag, and marks the communicator failed: every later call and
 // every Work::wait()/done() then throws CommError with that message, which takes the rank
-// down (DESIGN.md invariant 6).
+// down (docs/architecture.md invariant 6).
 #pragma once
 
 #include <atomic>

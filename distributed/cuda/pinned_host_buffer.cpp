@@ -6,7 +6,7 @@
 
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/nccl_collectives.h"
+#include "distributed/cuda/nccl_collectives.h"
 #include "mirror/error.h"
 #include "mirror/gpu.h"
 
