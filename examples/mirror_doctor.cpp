@@ -11,7 +11,7 @@
 
 #include "mirror/distributed/runtime.h"
 #include "mirror/gpu.h"
-#include "train/doctor.h"
+#include "tools/doctor.h"
 
 namespace po = boost::program_options;
 using mirror::doctor::RankReport;

@@ -1,6 +1,6 @@
 // The all-reduce sweep: Mirror's MpiCommunicator vs raw MPI_Allreduce, or Mirror's
 // NcclCommunicator on the ranks' GPUs, nccl-tests style.
-#include "distributed/allreduce_sweep.h"
+#include "tools/allreduce_sweep.h"
 
 #include <algorithm>
 #include <charconv>
