@@ -1,4 +1,4 @@
-// Argument checks and element-wise helpers of the CPU communicators.
+// Element-wise helpers of the CPU communicators.
 #include "distributed/collective_util.h"
 
 #include "math/convert.h"
@@ -7,28 +7,6 @@
 namespace mirror::dist::detail {
 
 namespace {
-
-bool reducible(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-    case DType::kFloat64:
-    case DType::kFloat16:
-    case DType::kBFloat16:
-    case DType::kInt32:
-    case DType::kInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-void check_cpu(const std::string& who, const char* role, const Tensor& t) {
-  MIRROR_CHECK(t.defined(), InvalidArgument, who + ": the " + role + " tensor is undefined");
-  MIRROR_CHECK(t.device().is_cpu(), InvalidArgument,
-               who + ": the " + role + " tensor " + t.str() +
-                   " is not on the CPU; this communicator moves CPU tensors (use the NCCL "
-                   "communicator for GPU tensors)");
-}
 
 template <class T>
 void sum_plain(const std::vector<const void*>& srcs, void* dst, std::int64_t n) {
@@ -65,49 +43,8 @@ std::uint16_t float_to_bf16(float f) { return math::float_to_bfloat16_bits(f); }
 
 }  // namespace
 
-const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
-
 bool same_memory(const Tensor& a, const Tensor& b) {
   return a.raw_data() == b.raw_data() && a.nbytes() == b.nbytes();
-}
-
-void check_all_reduce_args(const std::string& who, const Tensor& in, const Tensor& out,
-                           ReduceOp op) {
-  check_cpu(who, "input", in);
-  check_cpu(who, "output", out);
-  MIRROR_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel(), InvalidArgument,
-               who + " all_reduce: input " + in.str() + " and output " + out.str() +
-                   " must have the same dtype and element count");
-  MIRROR_CHECK(reducible(in.dtype()), InvalidArgument,
-               who + " all_reduce: cannot reduce " + dtype_name(in.dtype()) +
-                   " tensors; use float32, float64, float16, bfloat16, int32 or int64");
-  MIRROR_CHECK(op != ReduceOp::kAvg || is_floating(in.dtype()), InvalidArgument,
-               who + " all_reduce: average of " + dtype_name(in.dtype()) +
-                   " tensors would truncate; use ReduceOp::kSum and divide yourself");
-  if (!same_memory(in, out) && in.nbytes() > 0) {
-    const auto* a = static_cast<const char*>(in.raw_data());
-    const auto* b = static_cast<const char*>(out.raw_data());
-    const bool overlap = a < b + out.nbytes() && b < a + in.nbytes();
-    MIRROR_CHECK(!overlap, InvalidArgument,
-                 who +
-                     " all_reduce: input and output overlap without being the same memory; "
-                     "pass the same tensor for in-place or disjoint tensors");
-  }
-}
-
-void check_broadcast_args(const std::string& who, const Tensor& t, int root, int size) {
-  check_cpu(who, "broadcast", t);
-  MIRROR_CHECK(root >= 0 && root < size, InvalidArgument,
-               who + " broadcast: root " + std::to_string(root) + " is not a replica (0.." +
-                   std::to_string(size - 1) + ")");
-}
-
-void check_all_gather_args(const std::string& who, const Tensor& in, const Tensor& out, int size) {
-  check_cpu(who, "input", in);
-  check_cpu(who, "output", out);
-  MIRROR_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * size, InvalidArgument,
-               who + " all_gather: output " + out.str() + " must hold " + std::to_string(size) +
-                   " x input " + in.str() + " of the same dtype");
 }
 
 void ordered_sum(const std::vector<const void*>& srcs, void* dst, std::int64_t n, DType dtype) {

@@ -1,5 +1,6 @@
-// defines: argument checks shared by the CPU communicators, and the element-wise helpers they
-// reduce with (ordered sums, division for kAvg, the 16-bit adds behind the MPI user operations).
+// defines: the element-wise helpers the CPU communicators reduce with (ordered sums, division
+// for kAvg, the 16-bit adds behind the MPI user operations). Names and argument checks of the
+// collectives: collective_op.h.
 #pragma once
 
 #include <cstdint>
@@ -10,16 +11,6 @@
 #include "mirror/tensor.h"
 
 namespace mirror::dist::detail {
-
-const char* reduce_op_name(ReduceOp op);
-
-/// Throws InvalidArgument unless `in`/`out` are defined CPU tensors of one dtype and element
-/// count, the dtype can be reduced, kAvg is not asked of integers, and out-of-place buffers do
-/// not partly overlap. `who` names the communicator in messages.
-void check_all_reduce_args(const std::string& who, const Tensor& in, const Tensor& out,
-                           ReduceOp op);
-void check_broadcast_args(const std::string& who, const Tensor& t, int root, int size);
-void check_all_gather_args(const std::string& who, const Tensor& in, const Tensor& out, int size);
 
 /// Same first byte and same size: an in-place operation.
 bool same_memory(const Tensor& a, const Tensor& b);

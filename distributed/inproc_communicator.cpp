@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "distributed/collective_op.h"
 #include "distributed/collective_util.h"
 #include "distributed/completion.h"
 #include "distributed/runtime_internal.h"
@@ -16,21 +17,7 @@ namespace mirror::dist {
 
 namespace {
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kBarrier };
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
+using Kind = detail::Collective;
 
 // What every replica's k-th collective must agree on.
 struct Descriptor {
@@ -42,7 +29,7 @@ struct Descriptor {
 
   bool operator==(const Descriptor&) const = default;
   std::string str() const {
-    std::string s = kind_name(kind);
+    std::string s = detail::collective_name(kind);
     if (kind == Kind::kBarrier) return s;
     s += std::string(" ") + dtype_name(dtype) + "[" + std::to_string(numel) + "]";
     if (kind == Kind::kAllReduce) s += std::string(" ") + detail::reduce_op_name(reduce);
@@ -170,7 +157,7 @@ void InProcGroup::timed_out(int r, const std::shared_ptr<Slot>& slot,
   if (missing.empty() && cross_)
     peers += "; waiting for the cross-rank MPI step among " + detail::world_peers();
   const std::string line =
-      detail::timeout_line(kind_name(slot->desc.kind), slot->tag, timeout,
+      detail::timeout_line(detail::collective_name(slot->desc.kind), slot->tag, timeout,
                            peers + " (replica " + std::to_string(first_ + r) + " waited)");
   if (abort_on_timeout_) detail::abort_with_line(line);
   {
@@ -322,18 +309,23 @@ class InProcCommunicator final : public Communicator {
 
   std::shared_ptr<Work> all_reduce(const Tensor& in, Tensor& out, ReduceOp op,
                                    const std::string& tag) override {
-    detail::check_all_reduce_args(name(), in, out, op);
+    detail::check_collective(name(), detail::TensorHome::cpu(), size(),
+                             {Kind::kAllReduce, &in, &out, op, 0});
     return issue({Kind::kAllReduce, in.dtype(), in.numel(), op, 0}, tag, in, out);
   }
   std::shared_ptr<Work> broadcast(Tensor& t, int root, const std::string& tag) override {
-    detail::check_broadcast_args(name(), t, root, size());
+    detail::check_collective(name(), detail::TensorHome::cpu(), size(),
+                             {Kind::kBroadcast, &t, nullptr, ReduceOp::kSum, root});
     return issue({Kind::kBroadcast, t.dtype(), t.numel(), ReduceOp::kSum, root}, tag, t, t);
   }
   std::shared_ptr<Work> all_gather(const Tensor& in, Tensor& out, const std::string& tag) override {
-    detail::check_all_gather_args(name(), in, out, size());
+    detail::check_collective(name(), detail::TensorHome::cpu(), size(),
+                             {Kind::kAllGather, &in, &out, ReduceOp::kSum, 0});
     return issue({Kind::kAllGather, in.dtype(), in.numel(), ReduceOp::kSum, 0}, tag, in, out);
   }
-  void barrier() override { issue({}, "barrier", Tensor(), Tensor())->wait(); }
+  void barrier() override {
+    issue({}, detail::collective_name(Kind::kBarrier), Tensor(), Tensor())->wait();
+  }
 
  private:
   std::shared_ptr<Work> issue(const Descriptor& d, const std::string& tag, const Tensor& in,

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "distributed/collective_op.h"
 #include "distributed/collective_util.h"
 #include "distributed/completion.h"
 #include "distributed/runtime_internal.h"
@@ -18,21 +19,7 @@ namespace mirror::dist {
 
 namespace {
 
-enum class OpKind { kAllReduce, kBroadcast, kAllGather, kBarrier };
-
-const char* op_name(OpKind k) {
-  switch (k) {
-    case OpKind::kAllReduce:
-      return "all_reduce";
-    case OpKind::kBroadcast:
-      return "broadcast";
-    case OpKind::kAllGather:
-      return "all_gather";
-    case OpKind::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
+using OpKind = detail::Collective;
 
 struct Op {
   OpKind kind = OpKind::kBarrier;
@@ -206,7 +193,8 @@ std::shared_ptr<Work> submit(MpiCommunicator::Impl& impl, Op op) {
 
 std::shared_ptr<Work> MpiCommunicator::all_reduce(const Tensor& in, Tensor& out, ReduceOp op,
                                                   const std::string& tag) {
-  detail::check_all_reduce_args("mpi", in, out, op);
+  detail::check_collective("mpi", detail::TensorHome::cpu(), size(),
+                           {detail::Collective::kAllReduce, &in, &out, op, 0});
   Op o;
   o.kind = OpKind::kAllReduce;
   o.in = in;
@@ -218,7 +206,8 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce(const Tensor& in, Tensor& out,
 }
 
 std::shared_ptr<Work> MpiCommunicator::broadcast(Tensor& t, int root, const std::string& tag) {
-  detail::check_broadcast_args("mpi", t, root, size());
+  detail::check_collective("mpi", detail::TensorHome::cpu(), size(),
+                           {detail::Collective::kBroadcast, &t, nullptr, ReduceOp::kSum, root});
   Op o;
   o.kind = OpKind::kBroadcast;
   o.out = t;
@@ -230,7 +219,8 @@ std::shared_ptr<Work> MpiCommunicator::broadcast(Tensor& t, int root, const std:
 
 std::shared_ptr<Work> MpiCommunicator::all_gather(const Tensor& in, Tensor& out,
                                                   const std::string& tag) {
-  detail::check_all_gather_args("mpi", in, out, size());
+  detail::check_collective("mpi", detail::TensorHome::cpu(), size(),
+                           {detail::Collective::kAllGather, &in, &out, ReduceOp::kSum, 0});
   MIRROR_CHECK(in.nbytes() <= static_cast<std::size_t>(detail::kMaxMpiCount), InvalidArgument,
                "mpi all_gather: " + std::to_string(in.nbytes()) +
                    " bytes per rank is more than the 2^30 supported; gather in pieces");
@@ -246,7 +236,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather(const Tensor& in, Tensor& out,
 void MpiCommunicator::barrier() {
   Op o;
   o.kind = OpKind::kBarrier;
-  o.tag = "barrier";
+  o.tag = detail::collective_name(OpKind::kBarrier);
   o.timeout = timeout_;
   submit(*impl_, std::move(o))->wait();
 }
@@ -281,7 +271,8 @@ void MpiCommunicator::Impl::loop() {
     } catch (const std::exception& e) {
       error = std::current_exception();
       std::lock_guard lock(mutex);
-      if (broken.empty()) broken = std::string(op_name(op.kind)) + " '" + op.tag + "': " + e.what();
+      if (broken.empty())
+        broken = std::string(detail::collective_name(op.kind)) + " '" + op.tag + "': " + e.what();
     }
     {
       std::lock_guard lock(mutex);
@@ -301,8 +292,8 @@ void MpiCommunicator::Impl::start_and_poll(const Op& op,
   detail::poll_until_done(
       request, detail::deadline_after(op.timeout),
       [&] {
-        detail::abort_with_line(
-            detail::timeout_line(op_name(op.kind), op.tag, op.timeout, detail::world_peers()));
+        detail::abort_with_line(detail::timeout_line(detail::collective_name(op.kind), op.tag,
+                                                     op.timeout, detail::world_peers()));
       },
       [this] { waiters->pause(); });
 }

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "backend_registry.h"
+#include "distributed/device_collectives.h"
 #include "distributed/strategy_replica.h"
 #include "mirror/distributed/inproc_communicator.h"
 #include "mirror/distributed/mpi_communicator.h"

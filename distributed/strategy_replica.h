@@ -1,5 +1,6 @@
 // defines: the private parts of MirroredStrategy shared by its source files: the per-device
-// Replica state, the worker threads that run local replicas concurrently, and small helpers.
+// Replica (run lifetime) with its ReplicaStep (one step) and OomSplit, the worker threads that run
+// local replicas concurrently, and small helpers.
 #pragma once
 
 #include <chrono>
@@ -10,18 +11,61 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "mirror/distributed/bucket.h"
 #include "mirror/distributed/communicator.h"
 #include "mirror/distributed/strategy.h"
 
 namespace mirror::dist {
 
-/// Everything one model replica owns: its model and optimizer on its device, the flat bucket
-/// buffers its gradients are views of, its communicator, and the state of the step in flight.
+/// The state of one step of one replica (of one attempt at it, Note [OOM split]): created
+/// fresh when the attempt starts and dropped with it, so nothing leaks into the next step.
+struct ReplicaStep {
+  ReplicaStep(std::int64_t step, std::chrono::steady_clock::time_point start, std::int64_t count,
+              const BucketPlan& plan);
+
+  std::int64_t step = 0;  // tag of the collectives
+  std::chrono::steady_clock::time_point start;
+  std::int64_t count = 0;  // real samples of this replica's batch
+
+  // ---- buckets in flight ----
+  std::vector<int> pending;  // per bucket: gradients not yet final
+  int next_launch = 0;       // buckets [0, next_launch) have been launched
+  std::vector<std::shared_ptr<Work>> works;
+  std::vector<double> launched_ms, done_ms;  // per bucket, from start; -1 = not yet
+  int overlapped = 0;                        // buckets launched before backward returned
+
+  // ---- metrics: loss, correct, count, target values, squared and absolute error sums,
+  // reduced with the gradients (Note [Metrics first]) ----
+  Tensor metrics;
+  std::shared_ptr<Work> metrics_work;
+  bool metrics_launched = false;
+  double loss = 0;
+  std::int64_t correct = 0;
+  std::int64_t target_values = 0;           // float-target losses only
+  double squared_error = 0, abs_error = 0;  // likewise
+
+  StepTiming timing;
+  bool skipped = false;
+  int micro_batches = 1;
+};
+
+/// How one replica splits its batch after running out of memory (Note [OOM split]); lives as
+/// long as the replica, since a split, once needed, stays.
+struct OomSplit {
+  int split = 1;         // micro-batches per accumulation step this replica needs
+  bool settled = false;  // a step has completed with the current split
+  int logged_split = 1;  // last split announced on stderr
+};
+
+/// Everything one model replica owns for the whole run: its model and optimizer on its device,
+/// the flat bucket buffers its gradients are views of, and its communicator; plus the step in
+/// flight (a fresh ReplicaStep per step) and its out-of-memory split.
 struct MirroredStrategy::Replica {
   Device device;
   int local_index = 0;
@@ -33,30 +77,8 @@ struct MirroredStrategy::Replica {
   std::vector<Tensor> buffers;  // one flat gradient buffer per bucket
   std::vector<Tensor> wire;     // 16-bit copies of the buffers while compressing
 
-  // ---- the step in flight ----
-  std::vector<int> pending;  // per bucket: gradients not yet final
-  int next_launch = 0;       // buckets [0, next_launch) have been launched
-  std::vector<std::shared_ptr<Work>> works;
-  Tensor metrics;  // loss, correct, count, target values, squared and absolute error sums;
-                   // reduced with the gradients (Note [Metrics first])
-  std::shared_ptr<Work> metrics_work;
-  bool metrics_launched = false;
-  std::chrono::steady_clock::time_point step_start;
-  std::vector<double> launched_ms, done_ms;  // per bucket, from step_start; -1 = not yet
-  std::int64_t step = 0;                     // tag of the collectives
-  StepTiming timing;
-  double loss = 0;
-  std::int64_t correct = 0, count = 0;
-  std::int64_t target_values = 0;           // float-target losses only
-  double squared_error = 0, abs_error = 0;  // likewise
-  bool skipped = false;
-  int micro_batches = 1;
-  int overlapped = 0;  // buckets launched before backward returned
-
-  // ---- out-of-memory split (Note [OOM split]) ----
-  int split = 1;         // micro-batches per accumulation step this replica needs
-  bool settled = false;  // a step has completed with the current split
-  int logged_split = 1;  // last split announced on stderr
+  std::optional<ReplicaStep> now;  // the step in flight (the last one after it ends)
+  OomSplit oom;
 };
 
 /// One thread per local replica beyond the first (which runs on the caller's thread). run(fn)

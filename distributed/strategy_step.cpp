@@ -136,56 +136,59 @@ void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, c
 // forward of the step has run by then: the gradient-ready hook is only armed for the last
 // micro-batch's backward.
 void MirroredStrategy::launch_train_metrics(Replica& r) {
-  if (r.metrics_launched) return;
-  r.metrics_work = launch_metrics(r, r.metrics, r.count, "train");
-  r.metrics_launched = true;
+  if (r.now->metrics_launched) return;
+  r.now->metrics_work = launch_metrics(r, r.now->metrics, r.now->count, "train");
+  r.now->metrics_launched = true;
 }
 
 void MirroredStrategy::launch_bucket(Replica& r, int b) {
   if (b == 0) launch_train_metrics(r);
-  const std::string tag = "step " + std::to_string(r.step) + " bucket " + std::to_string(b);
+  const std::string tag = "step " + std::to_string(r.now->step) + " bucket " + std::to_string(b);
   Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
   if (options_.compression != Compression::kNone && buffer.dtype() == DType::kFloat32) {
     Tensor& wire = r.wire[static_cast<std::size_t>(b)];
     wire = ops::cast(buffer, wire_dtype(options_.compression));
-    r.works[static_cast<std::size_t>(b)] = r.comm->all_reduce(wire, wire, ReduceOp::kSum, tag);
+    r.now->works[static_cast<std::size_t>(b)] = r.comm->all_reduce(wire, wire, ReduceOp::kSum, tag);
   } else {
-    r.works[static_cast<std::size_t>(b)] = r.comm->all_reduce(buffer, buffer, ReduceOp::kSum, tag);
+    r.now->works[static_cast<std::size_t>(b)] =
+        r.comm->all_reduce(buffer, buffer, ReduceOp::kSum, tag);
   }
-  r.launched_ms[static_cast<std::size_t>(b)] = detail::ms_since(r.step_start);
-  r.next_launch = b + 1;
+  r.now->launched_ms[static_cast<std::size_t>(b)] = detail::ms_since(r.now->start);
+  r.now->next_launch = b + 1;
 }
 
 void MirroredStrategy::on_grads_ready(Replica& r, const std::vector<nn::Parameter*>& ready) {
   for (const nn::Parameter* p : ready) {
     const auto it = r.index_of.find(p);
     if (it == r.index_of.end()) continue;
-    --r.pending[static_cast<std::size_t>(plan_.bucket_of[static_cast<std::size_t>(it->second)])];
+    --r.now->pending[static_cast<std::size_t>(
+        plan_.bucket_of[static_cast<std::size_t>(it->second)])];
   }
   // Strictly in index order on every replica: a ready bucket waits for its predecessors.
   const int n = static_cast<int>(plan_.buckets.size());
-  while (r.next_launch < n && r.pending[static_cast<std::size_t>(r.next_launch)] == 0) {
-    launch_bucket(r, r.next_launch);
+  while (r.now->next_launch < n &&
+         r.now->pending[static_cast<std::size_t>(r.now->next_launch)] == 0) {
+    launch_bucket(r, r.now->next_launch);
   }
   // Non-blocking collectives progress when tested; a test per layer keeps them moving.
-  for (int b = 0; b < r.next_launch; ++b) {
-    auto& w = r.works[static_cast<std::size_t>(b)];
-    if (w && w->done() && r.done_ms[static_cast<std::size_t>(b)] < 0) {
-      r.done_ms[static_cast<std::size_t>(b)] = detail::ms_since(r.step_start);
+  for (int b = 0; b < r.now->next_launch; ++b) {
+    auto& w = r.now->works[static_cast<std::size_t>(b)];
+    if (w && w->done() && r.now->done_ms[static_cast<std::size_t>(b)] < 0) {
+      r.now->done_ms[static_cast<std::size_t>(b)] = detail::ms_since(r.now->start);
     }
   }
 }
 
 void MirroredStrategy::finish_buckets(Replica& r) {
   const int n = static_cast<int>(plan_.buckets.size());
-  while (r.next_launch < n) launch_bucket(r, r.next_launch);
+  while (r.now->next_launch < n) launch_bucket(r, r.now->next_launch);
   for (int b = 0; b < n; ++b) {
-    auto& w = r.works[static_cast<std::size_t>(b)];
+    auto& w = r.now->works[static_cast<std::size_t>(b)];
     w->wait();
     w.reset();
-    double& done = r.done_ms[static_cast<std::size_t>(b)];
-    if (done < 0) done = detail::ms_since(r.step_start);
-    r.timing.buckets.push_back({b, r.launched_ms[static_cast<std::size_t>(b)], done});
+    double& done = r.now->done_ms[static_cast<std::size_t>(b)];
+    if (done < 0) done = detail::ms_since(r.now->start);
+    r.now->timing.buckets.push_back({b, r.now->launched_ms[static_cast<std::size_t>(b)], done});
     Tensor& wire = r.wire[static_cast<std::size_t>(b)];
     if (wire.defined()) {
       Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
@@ -195,35 +198,26 @@ void MirroredStrategy::finish_buckets(Replica& r) {
   }
 }
 
-void MirroredStrategy::reset_step_state(Replica& r) {
-  for (Tensor& b : r.buffers) ops::fill(b, 0.0);
-  r.pending.assign(plan_.buckets.size(), 0);
-  for (const Bucket& b : plan_.buckets) {
-    r.pending[static_cast<std::size_t>(b.index)] = static_cast<int>(b.params.size());
+ReplicaStep::ReplicaStep(std::int64_t step_, Clock::time_point start_, std::int64_t count_,
+                         const BucketPlan& plan)
+    : step(step_),
+      start(start_),
+      count(count_),
+      pending(plan.buckets.size(), 0),
+      works(plan.buckets.size()),
+      launched_ms(plan.buckets.size(), -1.0),
+      done_ms(plan.buckets.size(), -1.0) {
+  for (const Bucket& b : plan.buckets) {
+    pending[static_cast<std::size_t>(b.index)] = static_cast<int>(b.params.size());
   }
-  r.next_launch = 0;
-  r.metrics_work.reset();
-  r.metrics_launched = false;
-  r.works.assign(plan_.buckets.size(), nullptr);
-  r.launched_ms.assign(plan_.buckets.size(), -1.0);
-  r.done_ms.assign(plan_.buckets.size(), -1.0);
-  reset_metrics(r);
-}
-
-void MirroredStrategy::reset_metrics(Replica& r) {
-  r.loss = 0;
-  r.correct = 0;
-  r.target_values = 0;
-  r.squared_error = 0;
-  r.abs_error = 0;
 }
 
 Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::Batch& micro) {
   const auto count = static_cast<double>(micro.global_count);
   if (options_.loss == LossKind::kSoftmaxCrossEntropy) {
     ops::LossResult loss = ops::softmax_cross_entropy(logits, micro.labels, micro.weights, count);
-    r.loss += loss.loss;
-    r.correct += ops::correct_count(logits, micro.labels, micro.weights);
+    r.now->loss += loss.loss;
+    r.now->correct += ops::correct_count(logits, micro.labels, micro.weights);
     return loss.dlogits;
   }
   // check_loss_inputs made the targets' elements per sample equal the output width.
@@ -233,11 +227,11 @@ Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::
                         ? ops::TargetLoss::kBinaryCrossEntropy
                         : ops::TargetLoss::kMeanSquaredError;
   ops::TargetLossResult loss = ops::target_loss(kind, logits, targets, micro.weights, count);
-  r.loss += loss.loss;
-  r.correct += loss.correct;
-  r.target_values += loss.target_values;
-  r.squared_error += loss.squared_error_sum;
-  r.abs_error += loss.abs_error_sum;
+  r.now->loss += loss.loss;
+  r.now->correct += loss.correct;
+  r.now->target_values += loss.target_values;
+  r.now->squared_error += loss.squared_error_sum;
+  r.now->abs_error += loss.abs_error_sum;
   return loss.dlogits;
 }
 
@@ -246,12 +240,12 @@ Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::
 void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, bool training,
                                          bool overlap) {
   const std::int64_t n = batch.size();
-  const int parts = (training ? options_.accumulation_steps : 1) * r.split;
+  const int parts = (training ? options_.accumulation_steps : 1) * r.oom.split;
   MIRROR_CHECK(parts <= std::max<std::int64_t>(n, 1), OutOfMemory,
                "out of memory on " + r.device.str() + " even with micro-batches of one sample (" +
                    std::to_string(n) + " samples in " + std::to_string(parts) +
                    " parts); lower the batch size or raise the memory limit");
-  r.micro_batches = parts;
+  r.now->micro_batches = parts;
   const nn::Sequential::GradReadyHook hook = [&](const std::vector<nn::Parameter*>& ready) {
     on_grads_ready(r, ready);
   };
@@ -267,12 +261,12 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
     ctx.lengths = micro.lengths;
     const Tensor logits = r.model.forward(micro.inputs, ctx);
     const Tensor dlogits = add_loss(r, logits, micro);
-    r.timing.forward_ms += detail::ms_since(t0);
+    r.now->timing.forward_ms += detail::ms_since(t0);
     if (!training) continue;
     t0 = Clock::now();
     const bool last = i == parts - 1;
     r.model.backward(dlogits, overlap && last ? hook : nn::Sequential::GradReadyHook{});
-    r.timing.backward_ms += detail::ms_since(t0);
+    r.now->timing.backward_ms += detail::ms_since(t0);
   }
 }
 
@@ -282,38 +276,41 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
 // bucket of the step has been launched: until a replica has completed a step with its current
 // split, it runs without overlap (every bucket launched after backward). An OutOfMemory after a
 // launch is passed on.
-void MirroredStrategy::compute_gradients(Replica& r, const data::Batch& batch) {
+void MirroredStrategy::compute_gradients(Replica& r, const data::Batch& batch,
+                                         Clock::time_point start) {
   const bool communicate = world_replicas_ > 1;
+  const std::int64_t count = detail::real_count(batch);
   for (;;) {
-    reset_step_state(r);
-    const bool overlap = communicate && options_.overlap && (!options_.split_on_oom || r.settled);
+    for (Tensor& b : r.buffers) ops::fill(b, 0.0);
+    r.now.emplace(steps_, start, count, plan_);  // a retry starts from nothing, timing included
+    const bool overlap =
+        communicate && options_.overlap && (!options_.split_on_oom || r.oom.settled);
     try {
       run_micro_batches(r, batch, true, overlap);
-      r.overlapped = r.next_launch;
+      r.now->overlapped = r.now->next_launch;
       break;
     } catch (const OutOfMemory& e) {
       if (!options_.split_on_oom) throw;
-      MIRROR_CHECK(r.next_launch == 0, OutOfMemory,
+      MIRROR_CHECK(r.now->next_launch == 0, OutOfMemory,
                    std::string(e.what()) +
                        " (this step's first all-reduces were already launched, so it cannot be "
                        "retried with smaller micro-batches; lower the batch size)");
-      MIRROR_CHECK(options_.accumulation_steps * r.split * 2 <= batch.size(), OutOfMemory,
+      MIRROR_CHECK(options_.accumulation_steps * r.oom.split * 2 <= batch.size(), OutOfMemory,
                    std::string(e.what()) + " (already at micro-batches of one sample)");
-      r.split *= 2;
-      r.settled = false;
-      r.timing = StepTiming{};
+      r.oom.split *= 2;
+      r.oom.settled = false;
     }
   }
-  if (r.split != r.logged_split) {
-    const std::int64_t micro = (batch.size() + r.micro_batches - 1) / r.micro_batches;
+  if (r.oom.split != r.oom.logged_split) {
+    const std::int64_t micro = (batch.size() + r.now->micro_batches - 1) / r.now->micro_batches;
     std::fprintf(stderr,
                  "[mirror] out of memory at batch %lld on %s; continuing with micro-batches of "
                  "%lld\n",
                  static_cast<long long>(batch.size()), r.device.str().c_str(),
                  static_cast<long long>(micro));
-    r.logged_split = r.split;
+    r.oom.logged_split = r.oom.split;
   }
-  r.settled = true;
+  r.oom.settled = true;
 }
 
 // ================================================================ steps
@@ -332,16 +329,16 @@ StepResult MirroredStrategy::reduce_metrics(std::vector<Tensor>& metrics) {
   result.buckets = world_replicas_ > 1 ? static_cast<int>(plan_.buckets.size()) : 0;
   result.overlapped_buckets = result.buckets;
   for (auto& r : replicas_) {
-    result.overlapped_buckets = std::min(result.overlapped_buckets, r->overlapped);
-    result.micro_batches = std::max(result.micro_batches, r->micro_batches);
-    result.skipped = result.skipped || r->skipped;
+    result.overlapped_buckets = std::min(result.overlapped_buckets, r->now->overlapped);
+    result.micro_batches = std::max(result.micro_batches, r->now->micro_batches);
+    result.skipped = result.skipped || r->now->skipped;
     StepTiming& t = result.timing;
-    t.forward_ms = std::max(t.forward_ms, r->timing.forward_ms);
-    t.backward_ms = std::max(t.backward_ms, r->timing.backward_ms);
-    t.exposed_comm_ms = std::max(t.exposed_comm_ms, r->timing.exposed_comm_ms);
-    t.optimizer_ms = std::max(t.optimizer_ms, r->timing.optimizer_ms);
-    t.total_ms = std::max(t.total_ms, r->timing.total_ms);
-    if (r->local_index == 0) t.buckets = r->timing.buckets;
+    t.forward_ms = std::max(t.forward_ms, r->now->timing.forward_ms);
+    t.backward_ms = std::max(t.backward_ms, r->now->timing.backward_ms);
+    t.exposed_comm_ms = std::max(t.exposed_comm_ms, r->now->timing.exposed_comm_ms);
+    t.optimizer_ms = std::max(t.optimizer_ms, r->now->timing.optimizer_ms);
+    t.total_ms = std::max(t.total_ms, r->now->timing.total_ms);
+    if (r->local_index == 0) t.buckets = r->now->timing.buckets;
   }
   return result;
 }
@@ -350,13 +347,13 @@ std::shared_ptr<Work> MirroredStrategy::launch_metrics(Replica& r, Tensor& metri
                                                        std::int64_t count, const char* what) {
   // Counts travel as doubles: exact up to 2^53, far beyond any step.
   metrics = Tensor::from_vector<double>(
-                {r.loss, static_cast<double>(r.correct), static_cast<double>(count),
-                 static_cast<double>(r.target_values), r.squared_error, r.abs_error},
+                {r.now->loss, static_cast<double>(r.now->correct), static_cast<double>(count),
+                 static_cast<double>(r.now->target_values), r.now->squared_error, r.now->abs_error},
                 {6})
                 .to(r.device);
   if (world_replicas_ == 1) return nullptr;
   return r.comm->all_reduce(metrics, metrics, ReduceOp::kSum,
-                            std::string(what) + " metrics step " + std::to_string(r.step));
+                            std::string(what) + " metrics step " + std::to_string(r.now->step));
 }
 
 StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, double lr) {
@@ -365,33 +362,28 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();
-    r.step_start = start;
     // Loaders may produce batches anywhere; each replica computes on its own device.
     const data::Batch batch =
         detail::to_device(batches[static_cast<std::size_t>(r.local_index)], r.device);
-    r.step = steps_;
-    r.timing = StepTiming{};
-    r.skipped = false;
-    r.count = detail::real_count(batch);
-    compute_gradients(r, batch);
+    compute_gradients(r, batch, start);
     auto t0 = Clock::now();
     if (world_replicas_ > 1) finish_buckets(r);
     launch_train_metrics(r);  // no buckets (one replica, or no parameters)
-    if (r.metrics_work) r.metrics_work->wait();
-    r.metrics_work.reset();
-    metrics[static_cast<std::size_t>(r.local_index)] = r.metrics;
-    r.timing.exposed_comm_ms = detail::ms_since(t0);
+    if (r.now->metrics_work) r.now->metrics_work->wait();
+    r.now->metrics_work.reset();
+    metrics[static_cast<std::size_t>(r.local_index)] = r.now->metrics;
+    r.now->timing.exposed_comm_ms = detail::ms_since(t0);
     // Reduced gradients are the same bytes on every replica, so is this decision.
     for (const Tensor& b : r.buffers) {
       if (!ops::all_finite(b)) {
-        r.skipped = true;
+        r.now->skipped = true;
         break;
       }
     }
     t0 = Clock::now();
-    if (!r.skipped) r.optimizer->step(r.params, lr);
-    r.timing.optimizer_ms = detail::ms_since(t0);
-    r.timing.total_ms = detail::ms_since(start);
+    if (!r.now->skipped) r.optimizer->step(r.params, lr);
+    r.now->timing.optimizer_ms = detail::ms_since(t0);
+    r.now->timing.total_ms = detail::ms_since(start);
   });
   ++steps_;
   StepResult result = reduce_metrics(metrics);
@@ -422,26 +414,23 @@ StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
     const auto start = Clock::now();
     const data::Batch batch =
         detail::to_device(batches[static_cast<std::size_t>(r.local_index)], r.device);
-    r.step = steps_;
-    r.timing = StepTiming{};
-    r.skipped = false;
     const std::int64_t count = detail::real_count(batch);
     // No collective before the metrics: an OutOfMemory can always be retried with a split.
     for (;;) {
-      reset_metrics(r);
+      r.now.emplace(steps_, start, count, plan_);
       try {
         run_micro_batches(r, batch, false, false);
         break;
       } catch (const OutOfMemory&) {
-        if (!options_.split_on_oom || r.split * 2 > batch.size()) throw;
-        r.split *= 2;
+        if (!options_.split_on_oom || r.oom.split * 2 > batch.size()) throw;
+        r.oom.split *= 2;
       }
     }
     auto t0 = Clock::now();
     auto work = launch_metrics(r, metrics[static_cast<std::size_t>(r.local_index)], count, "eval");
     if (work) work->wait();
-    r.timing.exposed_comm_ms = detail::ms_since(t0);
-    r.timing.total_ms = detail::ms_since(start);
+    r.now->timing.exposed_comm_ms = detail::ms_since(t0);
+    r.now->timing.total_ms = detail::ms_since(start);
   });
   StepResult result = reduce_metrics(metrics);
   result.buckets = result.overlapped_buckets = 0;

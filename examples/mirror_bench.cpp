@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "distributed/allreduce_sweep.h"
-#include "distributed/train_bench.h"
+#include "tools/allreduce_sweep.h"
+#include "tools/train_bench.h"
 #include "mirror/distributed/runtime.h"
 
 namespace po = boost::program_options;

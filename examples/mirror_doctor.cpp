@@ -1,6 +1,6 @@
 // mirror-doctor: says in plain words whether Mirror will train on a GPU here, and if not, why.
 // Under mpirun every rank reports (build, driver, runtime, devices, MPI) and rank 0 prints one
-// section per node and the verdict. The report logic lives in src/train/doctor.cpp.
+// section per node and the verdict. The report logic lives in tools/doctor.cpp.
 #include <mpi.h>
 
 #include <boost/program_options.hpp>
@@ -11,7 +11,7 @@
 
 #include "mirror/distributed/runtime.h"
 #include "mirror/gpu.h"
-#include "train/doctor.h"
+#include "tools/doctor.h"
 
 namespace po = boost::program_options;
 using mirror::doctor::RankReport;

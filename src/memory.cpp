@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "backend_registry.h"
+#include "backend.h"
 #include "mirror/error.h"
 
 namespace mirror {

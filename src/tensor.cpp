@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "backend_registry.h"
+#include "backend.h"
 #include "mirror/memory.h"
 
 namespace mirror {

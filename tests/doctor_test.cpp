@@ -1,6 +1,6 @@
 // mirror-doctor's verdicts on fake GpuReports: no driver, old driver, usable GPUs, built without
 // CUDA, CUDA_VISIBLE_DEVICES empty, more ranks than GPUs, several nodes; JSON round trips.
-#include "train/doctor.h"
+#include "tools/doctor.h"
 
 #include <gtest/gtest.h>
 

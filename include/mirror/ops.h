@@ -73,7 +73,7 @@ Tensor activation_backward(Activation act, const Tensor& y, const Tensor& dy);
 
 /// Inverted dropout. The keep decision for element j of sample n is a pure function of
 /// (seed, sample_ids[n], j), so a sample is masked the same way whichever replica holds it;
-/// this keeps R replicas exactly equivalent to one (DESIGN.md invariant 2).
+/// this keeps R replicas exactly equivalent to one (docs/architecture.md invariant 2).
 /// sample_ids: int64 [N]. Returns y; `mask` receives the scale per element (0 or 1/(1-rate)).
 Tensor dropout_forward(const Tensor& x, float rate, std::uint64_t seed, const Tensor& sample_ids,
                        Tensor& mask);
@@ -139,7 +139,7 @@ TargetLossResult target_loss(TargetLoss kind, const Tensor& logits, const Tensor
 // ---------------------------------------------------------------- GRU
 /// Weights in PyTorch/cuDNN layout and gate order (r, z, n):
 ///   w_ih [3H, F], w_hh [3H, H], b_ih [3H], b_hh [3H].
-/// Semantics are DESIGN.md invariant 5 (reset applied after the recurrent matmul).
+/// Semantics are docs/architecture.md invariant 5 (reset applied after the recurrent matmul).
 struct GruWeights {
   Tensor w_ih, w_hh, b_ih, b_hh;
 };

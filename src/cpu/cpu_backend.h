@@ -1,4 +1,4 @@
-// defines: the CPU backend's entry points, used only by backend_registry.cpp.
+// defines: the CPU backend's entry points, used only by the factory file (backend_registry.cpp).
 #pragma once
 
 #include <memory>

@@ -382,10 +382,17 @@ KernelSet& cuda_kernels() {
   return kernels;
 }
 
+namespace {
 void cuda_device_sleep(int device_index, std::int64_t microseconds, bool on_comm_stream) {
   cuda::DeviceContext& c = cuda::context(device_index);
   std::lock_guard<std::recursive_mutex> lock(c.mutex());
   cuda::sleep(microseconds, on_comm_stream ? c.comm() : c.compute());
+}
+}  // namespace
+
+void* cuda_backend_proc(const std::string& name) {
+  if (name == "device_sleep") return reinterpret_cast<void*>(&cuda_device_sleep);
+  return nullptr;
 }
 
 }  // namespace mirror

@@ -1,14 +1,14 @@
 // CUDA memory: the RawMemory behind each GPU's CachingAllocator (cudaMalloc/cudaFree; the
 // growth / preallocate / limit policies and the OutOfMemory message are the shared
-// CachingAllocator's), and page-locked host buffers for asynchronous transfers.
+// CachingAllocator's). Page-locked host buffers are the collectives' (pinned_host_buffer.cpp).
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "backend_registry.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "mirror/error.h"
+#include "mirror/gpu.h"
 
 namespace mirror {
 namespace {
@@ -64,67 +64,11 @@ class CudaRawMemory final : public RawMemory {
   std::size_t total_;
 };
 
-/// cudaHostAlloc'd memory plus the event of its last transfer.
-class PinnedHostBuffer final : public HostBuffer {
- public:
-  PinnedHostBuffer(std::size_t bytes, int device) : bytes_(bytes) {
-    cuda::use_device(device);  // page-locked memory is registered with this device's context
-    MIRROR_CUDA_CHECK(cudaHostAlloc(&data_, bytes ? bytes : 1, cudaHostAllocPortable));
-    done_ = cuda::make_event();
-  }
-  ~PinnedHostBuffer() override {
-    if (done_) MIRROR_CUDA_WARN(cudaEventSynchronize(done_));  // no DMA into freed memory
-    const cudaError_t status = cudaFreeHost(data_);
-    if (status != cudaErrorCudartUnloading) MIRROR_CUDA_WARN(status);
-  }
-  void* data() const override { return data_; }
-  std::size_t bytes() const override { return bytes_; }
-  bool pinned() const override { return true; }
-
-  void copy_to(Tensor& dst) override {
-    check(dst, "copy_to");
-    cuda::DeviceContext& ctx = cuda::context(dst.device().index);
-    std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
-    MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), data_, dst.nbytes(), cudaMemcpyHostToDevice,
-                                      ctx.compute()));
-    MIRROR_CUDA_CHECK(cudaEventRecord(done_, ctx.compute()));
-  }
-
-  void copy_from(const Tensor& src) override {
-    check(src, "copy_from");
-    cuda::DeviceContext& ctx = cuda::context(src.device().index);
-    std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
-    MIRROR_CUDA_CHECK(cudaMemcpyAsync(data_, src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost,
-                                      ctx.compute()));
-    MIRROR_CUDA_CHECK(cudaEventRecord(done_, ctx.compute()));
-  }
-
-  bool ready() override { return cuda::event_done(done_); }
-
-  void wait() override { MIRROR_CUDA_CHECK(cudaEventSynchronize(done_)); }
-
- private:
-  void check(const Tensor& t, const char* op) const {
-    MIRROR_CHECK(t.device().is_cuda() && t.nbytes() <= bytes_, InvalidArgument,
-                 std::string("HostBuffer::") + op + ": expected a CUDA tensor of at most " +
-                     std::to_string(bytes_) + " bytes, got " + t.str());
-  }
-
-  void* data_ = nullptr;
-  std::size_t bytes_;
-  cuda::Event done_;
-};
-
 }  // namespace
 
 std::unique_ptr<RawMemory> make_cuda_raw_memory(int device_index) {
   require_usable(device_index, "memory");
   return std::make_unique<CudaRawMemory>(device_index);
-}
-
-std::unique_ptr<HostBuffer> make_pinned_host_buffer(std::size_t bytes, int device_index) {
-  require_usable(device_index, "pinned host memory");
-  return std::make_unique<PinnedHostBuffer>(bytes, device_index);
 }
 
 }  // namespace mirror

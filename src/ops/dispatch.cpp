@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "backend_registry.h"
+#include "backend.h"
 #include "mirror/ops.h"
 
 namespace mirror::ops {

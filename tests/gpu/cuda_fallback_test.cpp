@@ -7,7 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "backend_registry.h"
+#include "distributed/device_collectives.h"
+#include "gpu/device_sleep.h"
 #include "mirror/gpu.h"
 #include "mirror/tensor.h"
 
@@ -23,7 +24,6 @@ class NoGpu : public ::testing::Test {
 
 TEST(GpuDiscovery, ReportIsConsistent) {
   const GpuReport& r = discover_gpus();
-  EXPECT_EQ(r.built_with_cuda, built_with_cuda());
   EXPECT_EQ(r.usable(), r.unavailable_reason.empty() && !r.devices.empty());
   EXPECT_EQ(&r, &discover_gpus()) << "discovery is cached";
   if (!r.built_with_cuda) return;
@@ -53,7 +53,7 @@ TEST_F(NoGpu, CudaTensorThrowsUnavailableWithTheReason) {
     Tensor::empty({4}, DType::kFloat32, Device::cuda(0));
     FAIL() << "allocating on cuda:0 without a usable GPU must throw";
   } catch (const Unavailable& e) {
-    if (built_with_cuda()) {
+    if (discover_gpus().built_with_cuda) {
       EXPECT_NE(std::string(e.what()).find(discover_gpus().unavailable_reason), std::string::npos)
           << e.what();
     }
@@ -61,13 +61,13 @@ TEST_F(NoGpu, CudaTensorThrowsUnavailableWithTheReason) {
 }
 
 TEST_F(NoGpu, NcclIsUnavailable) {
-  NcclBootstrap boot;
-  EXPECT_THROW(make_nccl_communicators({Device::cuda(0)}, boot), Unavailable);
-  EXPECT_THROW(device_sleep(Device::cuda(0), std::chrono::microseconds(1)), Unavailable);
+  dist::NcclBootstrap boot;
+  EXPECT_THROW(dist::make_nccl_communicators({Device::cuda(0)}, boot), Unavailable);
+  EXPECT_THROW(testing::device_sleep(Device::cuda(0), std::chrono::microseconds(1)), Unavailable);
 }
 
 TEST_F(NoGpu, HostBufferFallsBackToOrdinaryMemory) {
-  auto buf = make_host_buffer(64, Device::cuda(0));
+  auto buf = dist::make_host_buffer(64, Device::cuda(0));
   EXPECT_FALSE(buf->pinned());
   ASSERT_GE(buf->bytes(), 64u);
   const float values[4] = {1.5f, -2.0f, 3.25f, 0.0f};
@@ -84,7 +84,7 @@ TEST_F(NoGpu, HostBufferFallsBackToOrdinaryMemory) {
 
 TEST(CollectiveGroupTest, EmptyGroupOpensAndCloses) {
   // Without CUDA a no-op; with CUDA, ncclGroupStart/End of nothing needs no device.
-  CollectiveGroup g;
+  dist::CollectiveGroup g;
   EXPECT_NO_THROW(g.end());
   EXPECT_NO_THROW(g.end()) << "closing twice is harmless";
 }

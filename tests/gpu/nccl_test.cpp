@@ -12,14 +12,18 @@
 #include <thread>
 #include <vector>
 
-#include "backend_registry.h"
+#include "distributed/device_collectives.h"
+#include "gpu/device_sleep.h"
 #include "gpu/gpu_test_util.h"
 #include "mirror/ops.h"
 
 namespace mirror {
 namespace {
 
+using dist::CollectiveGroup;
+using dist::NcclBootstrap;
 using std::chrono::microseconds;
+using testing::device_sleep;
 constexpr microseconds kSleep{100000};  // 100 ms: far longer than launching the collective
 
 class Nccl : public testing::GpuTest {

@@ -1,4 +1,4 @@
-// DESIGN.md invariants 2 and 3 under mpiexec: R replicas with per-replica batch b give the
+// docs/architecture.md invariant 2 and 3 under mpiexec: R replicas with per-replica batch b give the
 // weights of one replica with batch R*b after K Adam steps (relative error <= 1e-5), across
 // ranks, across in-process replicas and both; with tiny, default and huge buckets; with an uneven
 // last batch; for a CNN with dropout and a GRU over variable-length sequences; with gradient

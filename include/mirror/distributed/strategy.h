@@ -182,12 +182,11 @@ class MirroredStrategy {
   void run_on_replicas(const std::function<void(Replica&)>& fn);
   int rank_of_replica(int replica) const;
   // step pieces (strategy_step.cpp)
-  void reset_step_state(Replica& r);
-  void reset_metrics(Replica& r);
   /// Adds the micro-batch's loss and metrics (options_.loss) to r's; returns d loss / d logits.
   Tensor add_loss(Replica& r, const Tensor& logits, const data::Batch& micro);
   void run_micro_batches(Replica& r, const data::Batch& batch, bool training, bool overlap);
-  void compute_gradients(Replica& r, const data::Batch& batch);
+  void compute_gradients(Replica& r, const data::Batch& batch,
+                         std::chrono::steady_clock::time_point start);
   void on_grads_ready(Replica& r, const std::vector<nn::Parameter*>& ready);
   void launch_bucket(Replica& r, int bucket);
   void finish_buckets(Replica& r);

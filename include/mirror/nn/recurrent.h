@@ -10,7 +10,7 @@
 
 namespace mirror::nn {
 
-/// Gated recurrent unit with the semantics of DESIGN.md invariant 5 (PyTorch GRU, Keras
+/// Gated recurrent unit with the semantics of docs/architecture.md invariant 5 (PyTorch GRU, Keras
 /// reset_after=True, cuDNN). Input [N, T, F] (T may change from batch to batch), output
 /// [N, units] (the state after each sequence's last valid step) or, with return_sequences,
 /// [N, T, units] (zeros past a sequence's length). Lengths come from ctx.lengths (set by the

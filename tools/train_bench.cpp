@@ -1,5 +1,5 @@
 // mirror-bench train: weak-scaling benchmark of MirroredStrategy (see train_bench.h).
-#include "distributed/train_bench.h"
+#include "tools/train_bench.h"
 
 #include <spawn.h>
 #include <sys/resource.h>

@@ -1,6 +1,6 @@
 // NcclCommunicator: NCCL collectives on each device's communication stream, ordered against
 // its compute stream with events, guarded by a watchdog (Note [NCCL watchdog]).
-#include "cuda/nccl_communicator.h"
+#include "distributed/cuda/nccl_communicator.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,13 +8,18 @@
 #include <string>
 
 #include "cuda/context.h"
-#include "cuda/cuda_backend.h"
+#include "distributed/collective_op.h"
+#include "distributed/cuda/nccl_collectives.h"
 #include "mirror/error.h"
 
 namespace mirror::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using dist::detail::check_collective;
+using dist::detail::Collective;
+using dist::detail::collective_name;
+using dist::detail::TensorHome;
 
 // Collectives issued inside an open CollectiveGroup are launched by ncclGroupEnd; their
 // completion events can only be recorded after it (Note [Group launch]).
@@ -186,12 +191,6 @@ NcclCommunicator::~NcclCommunicator() {
   state_->comm = nullptr;
 }
 
-void NcclCommunicator::check_tensor(const Tensor& t, const char* op, const char* what) const {
-  MIRROR_CHECK(t.defined() && t.device() == Device::cuda(state_->device), InvalidArgument,
-               std::string("nccl ") + op + ": " + what +
-                   " must be on cuda:" + std::to_string(state_->device) + ", got " + t.str());
-}
-
 template <class Call>
 std::shared_ptr<NcclWork> NcclCommunicator::launch(const char* op, const std::string& tag,
                                                    std::vector<Tensor> keep, Call&& call) {
@@ -217,51 +216,48 @@ std::shared_ptr<NcclWork> NcclCommunicator::launch(const char* op, const std::st
 std::shared_ptr<dist::Work> NcclCommunicator::all_reduce(const Tensor& in, Tensor& out,
                                                          dist::ReduceOp op,
                                                          const std::string& tag) {
-  check_tensor(in, "all_reduce", "input");
-  check_tensor(out, "all_reduce", "output");
-  MIRROR_CHECK(in.numel() == out.numel() && in.dtype() == out.dtype(), InvalidArgument,
-               "nccl all_reduce: input " + in.str() + " and output " + out.str() + " differ");
+  check_collective("nccl", TensorHome::gpu(state_->device), size(),
+                   {Collective::kAllReduce, &in, &out, op, 0});
   const ncclRedOp_t red = op == dist::ReduceOp::kAvg ? ncclAvg : ncclSum;
   const ncclDataType_t type = nccl_type(in.dtype());
   const auto count = static_cast<std::size_t>(in.numel());
-  return launch("all_reduce", tag, {in, out}, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclAllReduce(in.raw_data(), out.raw_data(), count, type, red, comm, s);
-  });
+  return launch(collective_name(Collective::kAllReduce), tag, {in, out},
+                [&](ncclComm_t comm, cudaStream_t s) {
+                  return ncclAllReduce(in.raw_data(), out.raw_data(), count, type, red, comm, s);
+                });
 }
 
 std::shared_ptr<dist::Work> NcclCommunicator::broadcast(Tensor& t, int root,
                                                         const std::string& tag) {
-  check_tensor(t, "broadcast", "tensor");
-  MIRROR_CHECK(root >= 0 && root < size(), InvalidArgument,
-               "nccl broadcast: root " + std::to_string(root) + " outside [0, " +
-                   std::to_string(size()) + ")");
+  check_collective("nccl", TensorHome::gpu(state_->device), size(),
+                   {Collective::kBroadcast, &t, nullptr, dist::ReduceOp::kSum, root});
   const ncclDataType_t type = nccl_type(t.dtype());
   const auto count = static_cast<std::size_t>(t.numel());
-  return launch("broadcast", tag, {t}, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclBroadcast(t.raw_data(), t.raw_data(), count, type, root, comm, s);
-  });
+  return launch(collective_name(Collective::kBroadcast), tag, {t},
+                [&](ncclComm_t comm, cudaStream_t s) {
+                  return ncclBroadcast(t.raw_data(), t.raw_data(), count, type, root, comm, s);
+                });
 }
 
 std::shared_ptr<dist::Work> NcclCommunicator::all_gather(const Tensor& in, Tensor& out,
                                                          const std::string& tag) {
-  check_tensor(in, "all_gather", "input");
-  check_tensor(out, "all_gather", "output");
-  MIRROR_CHECK(out.numel() == in.numel() * size() && in.dtype() == out.dtype(), InvalidArgument,
-               "nccl all_gather: output " + out.str() + " must hold " + std::to_string(size()) +
-                   " x " + in.str());
+  check_collective("nccl", TensorHome::gpu(state_->device), size(),
+                   {Collective::kAllGather, &in, &out, dist::ReduceOp::kSum, 0});
   const ncclDataType_t type = nccl_type(in.dtype());
   const auto count = static_cast<std::size_t>(in.numel());
-  return launch("all_gather", tag, {in, out}, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclAllGather(in.raw_data(), out.raw_data(), count, type, comm, s);
-  });
+  return launch(collective_name(Collective::kAllGather), tag, {in, out},
+                [&](ncclComm_t comm, cudaStream_t s) {
+                  return ncclAllGather(in.raw_data(), out.raw_data(), count, type, comm, s);
+                });
 }
 
 void NcclCommunicator::barrier() {
   MIRROR_CHECK(group_depth == 0, CommError, "nccl barrier inside an open CollectiveGroup");
-  auto work = launch("barrier", "", {barrier_buf_}, [&](ncclComm_t comm, cudaStream_t s) {
-    return ncclAllReduce(barrier_buf_.raw_data(), barrier_buf_.raw_data(), 1, ncclFloat32, ncclSum,
-                         comm, s);
-  });
+  auto work = launch(collective_name(Collective::kBarrier), "", {barrier_buf_},
+                     [&](ncclComm_t comm, cudaStream_t s) {
+                       return ncclAllReduce(barrier_buf_.raw_data(), barrier_buf_.raw_data(), 1,
+                                            ncclFloat32, ncclSum, comm, s);
+                     });
   work->wait_host(timeout());
 }
 
@@ -310,7 +306,8 @@ void NcclCommunicator::poll() {
 }  // namespace mirror::cuda
 
 // ---------------------------------------------------------------- factory and groups
-namespace mirror {
+namespace mirror::dist {
+namespace {
 
 void nccl_group_start() {
   MIRROR_NCCL_CHECK(ncclGroupStart());
@@ -330,7 +327,7 @@ void nccl_group_end() {
   MIRROR_NCCL_CHECK(r);
 }
 
-std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators_cuda(
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
     const std::vector<Device>& devices, const NcclBootstrap& boot) {
   const int local = static_cast<int>(devices.size());
   MIRROR_CHECK(local > 0, InvalidArgument, "make_nccl_communicators: no devices given");
@@ -368,7 +365,7 @@ std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators_cuda(
     MIRROR_NCCL_CHECK(first_error);
     MIRROR_NCCL_CHECK(end);
   }
-  std::vector<std::unique_ptr<dist::Communicator>> out;
+  std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < local; ++i) {
     out.push_back(std::make_unique<cuda::NcclCommunicator>(comms[i], devices[i].index,
                                                            boot.first_rank + i, boot.world_size));
@@ -376,4 +373,15 @@ std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators_cuda(
   return out;
 }
 
-}  // namespace mirror
+}  // namespace
+
+DeviceCollectives nccl_collectives() {
+  DeviceCollectives c;
+  c.make_communicators = &make_nccl_communicators_cuda;
+  c.group_start = &nccl_group_start;
+  c.group_end = &nccl_group_end;
+  c.pinned_host_buffer = &make_pinned_host_buffer;
+  return c;
+}
+
+}  // namespace mirror::dist

@@ -1,32 +1,23 @@
-// defines: the one place that maps a Device to its backend (KernelSet, RawMemory, discovery).
-// Note [Backend choice]: only backend_registry.cpp is compiled with MIRROR_WITH_CUDA.
+// defines: collectives between devices of one backend (NCCL for CUDA): the communicator
+// factory and its bootstrap, CollectiveGroup, and HostBuffer (pinned host memory for transfers).
+//
+// Note [Device collectives]: these are the distributed layer's GPU services. The neutral half
+// (this header, device_collectives.cpp) holds a table of DeviceCollectives per device type; a
+// backend's communicator part (NCCL: the CUDA-only files under cuda/) fills it through the one
+// factory file (src/backend_registry.cpp, Note [Backend table]). Without an entry the
+// factory throws Unavailable, CollectiveGroup is a no-op and host buffers are ordinary memory.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "mirror/device.h"
 #include "mirror/distributed/communicator.h"
-#include "mirror/gpu.h"
-#include "mirror/memory.h"
-#include "ops/kernel_set.h"
+#include "mirror/tensor.h"
 
-namespace mirror {
-
-/// The kernels of a device's backend; throws Unavailable for CUDA when built without it.
-KernelSet& kernels_for(Device device);
-/// A fresh RawMemory for a device (owned by its CachingAllocator).
-std::unique_ptr<RawMemory> make_raw_memory(Device device);
-/// Whether this binary contains the CUDA backend.
-bool built_with_cuda();
-
-// ---------------------------------------------------------------- GPU services
-// The functions below reach the CUDA backend without their callers knowing whether it is
-// built: without CUDA they fall back (host buffers) or throw Unavailable (NCCL, device sleep).
+namespace mirror::dist {
 
 /// Host memory for fast host<->device transfers: page-locked (cudaHostAlloc) when `device` is
 /// a usable GPU, ordinary memory otherwise (pinned() says which).
@@ -62,9 +53,9 @@ struct NcclBootstrap {
 };
 /// One NCCL communicator per local device (replica ranks first_rank, first_rank + 1, ...),
 /// created together (ncclGroupStart/End around ncclCommInitRank). Collective contract:
-/// distributed/communicator.h (GPU stream semantics) and src/cuda/nccl_communicator.h.
+/// mirror/distributed/communicator.h (GPU stream semantics) and cuda/nccl_communicator.h.
 /// Throws Unavailable without CUDA or a usable GPU, CommError when NCCL fails.
-std::vector<std::unique_ptr<dist::Communicator>> make_nccl_communicators(
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(
     const std::vector<Device>& devices, const NcclBootstrap& bootstrap);
 
 /// Groups the collectives one host thread issues for several local GPUs into one NCCL launch
@@ -84,9 +75,16 @@ class CollectiveGroup {
   bool open_ = false;
 };
 
-/// Test aid: enqueues a kernel that spins for `duration` on `device`'s compute stream (or its
-/// communication stream), so a missing stream dependency shows up as wrong data. Throws
-/// Unavailable without CUDA.
-void device_sleep(Device device, std::chrono::microseconds duration, bool on_comm_stream = false);
+/// A backend's collectives, as registered into the table (Note [Device collectives]).
+struct DeviceCollectives {
+  std::vector<std::unique_ptr<Communicator>> (*make_communicators)(
+      const std::vector<Device>& devices, const NcclBootstrap& bootstrap) = nullptr;
+  void (*group_start)() = nullptr;
+  void (*group_end)() = nullptr;
+  /// Page-locked memory for `device_index`, or nullptr to fall back to ordinary memory.
+  std::unique_ptr<HostBuffer> (*pinned_host_buffer)(std::size_t bytes, int device_index) = nullptr;
+};
+/// Registers (or replaces) the collectives of `type`'s devices.
+void register_device_collectives(DeviceType type, DeviceCollectives collectives);
 
-}  // namespace mirror
+}  // namespace mirror::dist

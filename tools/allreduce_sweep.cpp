@@ -1,14 +1,15 @@
 // The all-reduce sweep: Mirror's MpiCommunicator vs raw MPI_Allreduce, or Mirror's
 // NcclCommunicator on the ranks' GPUs, nccl-tests style.
-#include "distributed/allreduce_sweep.h"
+#include "tools/allreduce_sweep.h"
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 
-#include "backend_registry.h"
+#include "backend.h"
 #include "distributed/collective_util.h"
+#include "distributed/device_collectives.h"
 #include "distributed/runtime_internal.h"
 #include "math/convert.h"
 #include "mirror/distributed/device_selection.h"

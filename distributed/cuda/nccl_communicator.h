@@ -17,7 +17,7 @@
 // than timeout(), it calls ncclCommAbort (which ends the stuck kernels), prints one line
 // naming the operation and its tag, and marks the communicator failed: every later call and
 // every Work::wait()/done() then throws CommError with that message, which takes the rank
-// down (DESIGN.md invariant 6).
+// down (docs/architecture.md invariant 6).
 #pragma once
 
 #include <atomic>
@@ -101,7 +101,6 @@ class NcclCommunicator final : public dist::Communicator {
   template <class Call>
   std::shared_ptr<NcclWork> launch(const char* op, const std::string& tag, std::vector<Tensor> keep,
                                    Call&& call);
-  void check_tensor(const Tensor& t, const char* op, const char* what) const;
   void watchdog();
   /// One watchdog round: async errors, completed and overdue collectives.
   void poll();

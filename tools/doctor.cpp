@@ -1,6 +1,6 @@
 // mirror-doctor's report logic: per-node verdicts through dist::select_devices (the rules the
 // training programs use), plain-words reasons, and text/JSON renderings.
-#include "train/doctor.h"
+#include "tools/doctor.h"
 
 #include <algorithm>
 #include <cstdio>
