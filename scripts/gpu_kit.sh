@@ -46,7 +46,15 @@ fallback_libs='^(libstdc\+\+|libgcc_s)\.so'
 expected_sonames=(libcudnn.so.9 libnccl.so.2 libcublas.so.13 libcudart.so.13)
 
 # ---------------------------------------------------------------- build
-has_cuda() { readelf -d "$1" 2>/dev/null | grep -q 'NEEDED.*libcudart\.so'; }
+# The CUDA backend lives in libmirror.so (programs link it), or in the program itself when it was
+# linked statically.
+has_cuda() {
+  local f
+  for f in "$1" $(ldd "$1" 2>/dev/null | awk '/libmirror\.so/ {print $3}'); do
+    readelf -d "$f" 2>/dev/null | grep -q 'NEEDED.*libcudart\.so' && return 0
+  done
+  return 1
+}
 if ((do_build)); then
   if [ ! -f "$build/CMakeCache.txt" ]; then
     echo "gpu_kit: configuring $build (Release, CUDA backend, sm_80 + sm_90)"
@@ -59,7 +67,7 @@ fi
 for p in "${programs[@]}"; do [ -x "$build/bin/$p" ] || die "$build/bin/$p is missing (build it, or drop --no-build)"; done
 for t in "${gpu_tests[@]}"; do [ -x "$build/tests/$t" ] || die "$build/tests/$t is missing (build it, or drop --no-build)"; done
 has_cuda "$build/bin/mirror-doctor" ||
-  die "$build has no CUDA backend (mirror-doctor does not link libcudart): configure it with -DMIRROR_CUDA=ON on a machine with nvcc, cuDNN and NCCL"
+  die "$build has no CUDA backend (neither mirror-doctor nor its libmirror.so links libcudart): configure it with -DMIRROR_CUDA=ON on a machine with nvcc, cuDNN and NCCL"
 
 # ---------------------------------------------------------------- stage
 stage="$(mktemp -d)"

@@ -12,7 +12,12 @@ build="$(realpath "${1:?usage: gpu_kit.sh BUILD_DIR}")"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 doctor="$build/bin/mirror-doctor"
 [[ -x "$doctor" ]] || { echo "SKIP: $doctor not built"; exit 77; }
-readelf -d "$doctor" 2>/dev/null | grep -q 'NEEDED.*libcudart' ||
+# The CUDA backend is in libmirror.so (or the program, when linked statically).
+cuda_built=0
+for f in "$doctor" $(ldd "$doctor" 2>/dev/null | awk '/libmirror\.so/ {print $3}'); do
+  readelf -d "$f" 2>/dev/null | grep -q 'NEEDED.*libcudart' && cuda_built=1
+done
+((cuda_built)) ||
   { echo "SKIP: $build has no CUDA backend (built without nvcc/cuDNN/NCCL): nothing to pack"; exit 77; }
 for src in "$root"/tests/gpu/*_test.cpp; do
   t="$build/tests/$(basename "$src" .cpp)"
