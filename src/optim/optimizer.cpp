@@ -122,11 +122,16 @@ void Optimizer::bind_flat(Flat& flat, const FlatGroup& group) {
       view.copy_from(p.value);
       p.value = view;
     }
-    std::vector<Tensor>& slots = slots_for(p);
+    std::vector<Tensor>& slots = slots_[p.name];
+    slots.resize(flat.slots.size());
     for (std::size_t s = 0; s < slots.size(); ++s) {
-      if (slots[s].raw_data() == element(flat.slots[s], off)) continue;
+      if (slots[s].defined() && slots[s].raw_data() == element(flat.slots[s], off)) continue;
       Tensor view = flat.slots[s].view(off, p.value.shape());
-      view.copy_from(slots[s]);
+      if (slots[s].defined()) {
+        view.copy_from(slots_for(p)[s]);  // restored: validated and moved like step()'s
+      } else {
+        ops::fill(view, 0.0);  // a new slot starts at zero, as in slots_for
+      }
       slots[s] = view;
     }
   }
