@@ -40,8 +40,8 @@ struct Bucketed {
       sizes.push_back({p.name, dtype, n});
     }
     // Small caps: several buckets, several parameters in some of them.
-    plan = dist::plan_buckets(sizes, {.first_bytes = 64 * dtype_size(dtype),
-                                      .bytes = 150 * dtype_size(dtype)});
+    plan = dist::plan_buckets(
+        sizes, {.first_bytes = 64 * dtype_size(dtype), .bytes = 150 * dtype_size(dtype)});
     for (const dist::Bucket& b : plan.buckets) {
       buffers.push_back(Tensor::zeros({b.numel}, dtype));
       FlatGroup g;
@@ -158,16 +158,15 @@ OptimizerOptions with(double momentum, bool nesterov, double wd) {
   return o;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Optimizers, FusedUpdate,
-    ::testing::Values(Case{"adam", with(0, false, 0.0), DType::kFloat32},
-                      Case{"adam", with(0, false, 0.01), DType::kFloat32},
-                      Case{"adamw", with(0, false, 0.05), DType::kFloat32},
-                      Case{"adamw", with(0, false, -1), DType::kFloat64},
-                      Case{"sgd", with(0.9, false, 0.0), DType::kFloat32},
-                      Case{"sgd", with(0.9, true, 0.01), DType::kFloat32},
-                      Case{"sgd", with(0.0, false, 0.0), DType::kFloat64}),
-    [](const auto& info) { return "Case" + std::to_string(info.index); });
+INSTANTIATE_TEST_SUITE_P(Optimizers, FusedUpdate,
+                         ::testing::Values(Case{"adam", with(0, false, 0.0), DType::kFloat32},
+                                           Case{"adam", with(0, false, 0.01), DType::kFloat32},
+                                           Case{"adamw", with(0, false, 0.05), DType::kFloat32},
+                                           Case{"adamw", with(0, false, -1), DType::kFloat64},
+                                           Case{"sgd", with(0.9, false, 0.0), DType::kFloat32},
+                                           Case{"sgd", with(0.9, true, 0.01), DType::kFloat32},
+                                           Case{"sgd", with(0.0, false, 0.0), DType::kFloat64}),
+                         [](const auto& info) { return "Case" + std::to_string(info.index); });
 
 TEST(FusedUpdate, GroupsNotInTheGradientLayoutAreAnError) {
   Bucketed b(DType::kFloat32);

@@ -79,13 +79,13 @@ void Optimizer::make_flat(const std::vector<FlatGroup>& groups) {
   for (const FlatGroup& g : groups) {
     Flat f;
     MIRROR_CHECK(g.offsets.size() == g.params.size(), InvalidArgument,
-                 name() + " step_groups: " + std::to_string(g.params.size()) +
-                     " parameters but " + std::to_string(g.offsets.size()) + " offsets");
+                 name() + " step_groups: " + std::to_string(g.params.size()) + " parameters but " +
+                     std::to_string(g.offsets.size()) + " offsets");
     std::int64_t numel = 0;
     for (std::size_t i = 0; i < g.params.size(); ++i) {
       const nn::Parameter& p = *g.params[i];
-      MIRROR_CHECK(g.offsets[i] == numel && g.grad.defined() &&
-                       p.value.dtype() == g.grad.dtype() && p.value.device() == g.grad.device() &&
+      MIRROR_CHECK(g.offsets[i] == numel && g.grad.defined() && p.value.dtype() == g.grad.dtype() &&
+                       p.value.device() == g.grad.device() &&
                        p.grad.raw_data() == element(g.grad, numel),
                    InvalidArgument,
                    name() + " step_groups: parameter '" + p.name +
@@ -98,8 +98,8 @@ void Optimizer::make_flat(const std::vector<FlatGroup>& groups) {
     f.offsets = g.offsets;
     if (!f.params.empty()) {
       MIRROR_CHECK(g.grad.numel() >= numel, InvalidArgument,
-                   name() + " step_groups: flat gradient " + g.grad.str() + " is shorter than its " +
-                       std::to_string(numel) + " parameter elements");
+                   name() + " step_groups: flat gradient " + g.grad.str() +
+                       " is shorter than its " + std::to_string(numel) + " parameter elements");
       f.grad = g.grad.view(0, {numel});
       f.value = Tensor::empty({numel}, g.grad.dtype(), g.grad.device());
       for (std::size_t s = 0; s < names.size(); ++s) {

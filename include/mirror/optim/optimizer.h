@@ -72,7 +72,7 @@ class Optimizer {
   struct Flat {
     std::vector<const nn::Parameter*> params;
     std::vector<std::int64_t> offsets;
-    Tensor value, grad;        // value: owned here; grad: the caller's buffer, [numel]
+    Tensor value, grad;         // value: owned here; grad: the caller's buffer, [numel]
     std::vector<Tensor> slots;  // slot_names() order, [numel]
   };
 
