@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,11 @@ struct Case {
   OptimizerOptions options;
   DType dtype;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << " momentum " << c.options.momentum << (c.options.nesterov ? " nesterov" : "")
+      << " weight_decay " << c.options.weight_decay << " " << dtype_name(c.dtype);
+}
 
 class FusedUpdate : public ::testing::TestWithParam<Case> {};
 
