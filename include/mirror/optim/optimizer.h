@@ -1,5 +1,6 @@
 // defines: Optimizer (per-parameter state created lazily on the parameter's device, named state
-// for checkpoints, step count), SGD, Adam, AdamW, and make_optimizer (a factory by name).
+// for checkpoints, step count, the update fused per gradient bucket through FlatGroup), SGD,
+// Adam, AdamW, and make_optimizer (a factory by name).
 //
 // The update formulas are PyTorch's (torch.optim.SGD / Adam / AdamW); the element-wise math is
 // in ops::sgd_update / ops::adam_update, shared by the CPU and CUDA backends.
