@@ -125,6 +125,20 @@ void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, c
   }
 }
 
+/// The buckets as the optimizer's flat groups (Note [Fused update]): one fused update per bucket.
+std::vector<optim::FlatGroup> optimizer_groups(const BucketPlan& plan,
+                                               const std::vector<nn::Parameter*>& params,
+                                               const std::vector<Tensor>& buffers) {
+  std::vector<optim::FlatGroup> groups(plan.buckets.size());
+  for (const Bucket& b : plan.buckets) {
+    optim::FlatGroup& g = groups[static_cast<std::size_t>(b.index)];
+    for (const int p : b.params) g.params.push_back(params[static_cast<std::size_t>(p)]);
+    g.offsets = b.offsets;
+    g.grad = buffers[static_cast<std::size_t>(b.index)];
+  }
+  return groups;
+}
+
 }  // namespace
 
 // ================================================================ buckets
@@ -381,7 +395,8 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
       }
     }
     t0 = Clock::now();
-    if (!r.now->skipped) r.optimizer->step(r.params, lr);
+    if (!r.now->skipped)
+      r.optimizer->step_groups(optimizer_groups(plan_, r.params, r.buffers), lr);
     r.now->timing.optimizer_ms = detail::ms_since(t0);
     r.now->timing.total_ms = detail::ms_since(start);
   });

@@ -51,7 +51,9 @@ inline AdamScalars adam_scalars(double lr, double beta1, double beta2, double ep
   return s;
 }
 
-/// One Adam/AdamW step for one element, in the element type T:
+/// One Adam/AdamW step for one element, in the element type T (float, double, or a CPU lane pack
+/// such as cpu_update.cpp's F32x4, which brings its own operators and hd_sqrt: keep this to
+/// +, -, *, /, hd_sqrt and T(double), Note [Vector Adam]):
 ///   Adam:  g += wd * p;            AdamW: p *= 1 - lr * wd
 ///   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
 ///   p -= step_size * m / (sqrt(v) / sqrt(bc2) + eps)

@@ -9,15 +9,132 @@ namespace mirror::optim {
 
 // ---------------------------------------------------------------- Optimizer
 
+void Optimizer::check_grad(const nn::Parameter* p) const {
+  MIRROR_CHECK(p != nullptr && p->value.defined() && p->grad.defined(), InvalidArgument,
+               name() + " step: parameter '" + (p ? p->name : std::string("null")) +
+                   "' has no value or gradient; build the model before stepping");
+}
+
 void Optimizer::step(const std::vector<nn::Parameter*>& params, double lr) {
   const std::int64_t next = steps_ + 1;
   for (nn::Parameter* p : params) {
-    MIRROR_CHECK(p != nullptr && p->value.defined() && p->grad.defined(), InvalidArgument,
-                 name() + " step: parameter '" + (p ? p->name : std::string("null")) +
-                     "' has no value or gradient; build the model before stepping");
-    update(*p, slots_for(*p), lr, next);
+    check_grad(p);
+    update(p->value, p->grad, slots_for(*p), lr, next);
   }
   steps_ = next;
+}
+
+// Note [Fused update]: the strategy's gradients already live back to back in one flat buffer per
+// bucket. step_groups keeps the parameters' values and the optimizer's slots (Adam's m and v,
+// SGD's momentum) in flat buffers of the same layout, so one update call per bucket covers every
+// parameter in it: one vectorised loop over value, gradient and slots instead of one dispatch
+// per parameter. Each parameter's value and each named slot becomes a view of its flat buffer,
+// so the model, state() and checkpoints see the same tensors, names and bytes as before. The
+// update is element-wise, so the same elements see the same operations in the same order:
+// bitwise what step() computes. Whoever replaces a view (load_state, a Tensor assigned to
+// p.value) is noticed by pointer at the next step and copied back in.
+void Optimizer::step_groups(const std::vector<FlatGroup>& groups, double lr) {
+  const std::int64_t next = steps_ + 1;
+  for (const FlatGroup& g : groups) {
+    for (const nn::Parameter* p : g.params) check_grad(p);
+  }
+  if (!same_groups(groups)) make_flat(groups);
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    Flat& flat = flats_[k];
+    if (flat.params.empty()) continue;
+    bind_flat(flat, groups[k]);
+    update(flat.value, flat.grad, flat.slots, lr, next);
+  }
+  steps_ = next;
+}
+
+bool Optimizer::same_groups(const std::vector<FlatGroup>& groups) const {
+  if (flats_.size() != groups.size()) return false;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const Flat& f = flats_[k];
+    const FlatGroup& g = groups[k];
+    if (f.offsets != g.offsets || f.params.size() != g.params.size() ||
+        (!f.params.empty() && f.grad.raw_data() != g.grad.raw_data())) {
+      return false;
+    }
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      if (f.params[i] != g.params[i]) return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+const void* element(const Tensor& flat, std::int64_t offset) {
+  return static_cast<const char*>(flat.raw_data()) +
+         static_cast<std::size_t>(offset) * dtype_size(flat.dtype());
+}
+
+}  // namespace
+
+void Optimizer::make_flat(const std::vector<FlatGroup>& groups) {
+  flats_.clear();
+  const std::vector<std::string> names = slot_names();
+  for (const FlatGroup& g : groups) {
+    Flat f;
+    MIRROR_CHECK(g.offsets.size() == g.params.size(), InvalidArgument,
+                 name() + " step_groups: " + std::to_string(g.params.size()) + " parameters but " +
+                     std::to_string(g.offsets.size()) + " offsets");
+    std::int64_t numel = 0;
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      const nn::Parameter& p = *g.params[i];
+      MIRROR_CHECK(g.offsets[i] == numel && g.grad.defined() && p.value.dtype() == g.grad.dtype() &&
+                       p.value.device() == g.grad.device() &&
+                       p.grad.raw_data() == element(g.grad, numel),
+                   InvalidArgument,
+                   name() + " step_groups: parameter '" + p.name +
+                       "' is not the next gradient view in its group's flat buffer (offset " +
+                       std::to_string(g.offsets[i]) + ", expected " + std::to_string(numel) +
+                       "); the groups must follow the gradient buckets' layout");
+      numel += p.value.numel();
+      f.params.push_back(&p);
+    }
+    f.offsets = g.offsets;
+    if (!f.params.empty()) {
+      MIRROR_CHECK(g.grad.numel() >= numel, InvalidArgument,
+                   name() + " step_groups: flat gradient " + g.grad.str() +
+                       " is shorter than its " + std::to_string(numel) + " parameter elements");
+      f.grad = g.grad.view(0, {numel});
+      f.value = Tensor::empty({numel}, g.grad.dtype(), g.grad.device());
+      for (std::size_t s = 0; s < names.size(); ++s) {
+        f.slots.push_back(Tensor::zeros({numel}, g.grad.dtype(), g.grad.device()));
+      }
+    }
+    flats_.push_back(std::move(f));
+  }
+}
+
+void Optimizer::bind_flat(Flat& flat, const FlatGroup& group) {
+  for (std::size_t i = 0; i < group.params.size(); ++i) {
+    nn::Parameter& p = *group.params[i];
+    const std::int64_t off = flat.offsets[i];
+    MIRROR_CHECK(p.grad.raw_data() == element(flat.grad, off), InvalidArgument,
+                 name() + " step_groups: the gradient of '" + p.name +
+                     "' is no longer a view of its group's flat buffer");
+    if (p.value.raw_data() != element(flat.value, off)) {
+      Tensor view = flat.value.view(off, p.value.shape());
+      view.copy_from(p.value);
+      p.value = view;
+    }
+    std::vector<Tensor>& slots = slots_[p.name];
+    slots.resize(flat.slots.size());
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].defined() && slots[s].raw_data() == element(flat.slots[s], off)) continue;
+      Tensor view = flat.slots[s].view(off, p.value.shape());
+      if (slots[s].defined()) {
+        view.copy_from(slots_for(p)[s]);  // restored: validated and moved like step()'s
+      } else {
+        ops::fill(view, 0.0);  // a new slot starts at zero, as in slots_for
+      }
+      slots[s] = view;
+    }
+  }
 }
 
 std::vector<Tensor>& Optimizer::slots_for(const nn::Parameter& p) {
@@ -102,9 +219,10 @@ std::vector<std::string> SGD::slot_names() const {
   return {};
 }
 
-void SGD::update(nn::Parameter& p, std::vector<Tensor>& slots, double lr, std::int64_t) {
+void SGD::update(Tensor& value, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+                 std::int64_t) {
   Tensor none;
-  ops::sgd_update(p.value, p.grad, slots.empty() ? none : slots[0], lr, momentum_, nesterov_,
+  ops::sgd_update(value, grad, slots.empty() ? none : slots[0], lr, momentum_, nesterov_,
                   weight_decay_);
 }
 
@@ -124,8 +242,9 @@ Adam::Adam(double beta1, double beta2, double eps, double weight_decay, bool dec
                    std::to_string(eps) + ", " + std::to_string(weight_decay));
 }
 
-void Adam::update(nn::Parameter& p, std::vector<Tensor>& slots, double lr, std::int64_t step) {
-  ops::adam_update(p.value, p.grad, slots[0], slots[1], lr, beta1_, beta2_, eps_, weight_decay_,
+void Adam::update(Tensor& value, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+                  std::int64_t step) {
+  ops::adam_update(value, grad, slots[0], slots[1], lr, beta1_, beta2_, eps_, weight_decay_,
                    decoupled_, step);
 }
 

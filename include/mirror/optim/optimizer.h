@@ -1,5 +1,6 @@
 // defines: Optimizer (per-parameter state created lazily on the parameter's device, named state
-// for checkpoints, step count), SGD, Adam, AdamW, and make_optimizer (a factory by name).
+// for checkpoints, step count, the update fused per gradient bucket through FlatGroup), SGD,
+// Adam, AdamW, and make_optimizer (a factory by name).
 //
 // The update formulas are PyTorch's (torch.optim.SGD / Adam / AdamW); the element-wise math is
 // in ops::sgd_update / ops::adam_update, shared by the CPU and CUDA backends.
@@ -23,6 +24,14 @@ namespace mirror::optim {
 /// "dense_1/kernel/adam_m") on the parameters' devices, plus "step", an int64 [1] CPU tensor.
 using State = std::map<std::string, Tensor>;
 
+/// Parameters whose gradients are views of one flat buffer, back to back in `offsets` order with
+/// no gaps (a gradient bucket, Note [Bucket assignment]); one dtype, one device.
+struct FlatGroup {
+  std::vector<nn::Parameter*> params;
+  std::vector<std::int64_t> offsets;  // element offset of each parameter's gradient in `grad`
+  Tensor grad;                        // the flat gradient buffer (may be longer than the group)
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -35,6 +44,12 @@ class Optimizer {
   /// increments steps(). Parameters are matched to their state by name, so the vector may be
   /// rebuilt between calls. Throws InvalidArgument for a parameter without a gradient.
   void step(const std::vector<nn::Parameter*>& params, double lr);
+  /// The same update, fused per group (Note [Fused update]): one vectorised pass per group over
+  /// flat parameter, gradient and slot buffers in the gradients' layout. The first call (and a
+  /// call with other groups) makes each parameter's value a view of its group's flat value
+  /// buffer and each slot a view of a flat slot buffer; state() names do not change. Bitwise the
+  /// same parameters and state as step() with the same parameters.
+  void step_groups(const std::vector<FlatGroup>& groups, double lr);
   /// Completed steps (Adam's bias correction uses steps() + 1 for the next step).
   std::int64_t steps() const { return steps_; }
 
@@ -49,15 +64,29 @@ class Optimizer {
   virtual std::vector<std::string> slot_names() const = 0;
 
  protected:
-  /// Updates one parameter at 1-based step `step`; `slots` holds slot_names() in order.
-  virtual void update(nn::Parameter& p, std::vector<Tensor>& slots, double lr,
+  /// Updates `value` (one parameter, or a flat group of them) from `grad` at 1-based step
+  /// `step`; `slots` holds slot_names() in order, shaped like `value`.
+  virtual void update(Tensor& value, const Tensor& grad, std::vector<Tensor>& slots, double lr,
                       std::int64_t step) = 0;
 
  private:
+  /// One group's flat buffers (Note [Fused update]).
+  struct Flat {
+    std::vector<const nn::Parameter*> params;
+    std::vector<std::int64_t> offsets;
+    Tensor value, grad;         // value: owned here; grad: the caller's buffer, [numel]
+    std::vector<Tensor> slots;  // slot_names() order, [numel]
+  };
+
+  void check_grad(const nn::Parameter* p) const;
   std::vector<Tensor>& slots_for(const nn::Parameter& p);
+  bool same_groups(const std::vector<FlatGroup>& groups) const;
+  void make_flat(const std::vector<FlatGroup>& groups);
+  void bind_flat(Flat& flat, const FlatGroup& group);
 
   std::int64_t steps_ = 0;
   std::unordered_map<std::string, std::vector<Tensor>> slots_;  // parameter name -> slots
+  std::vector<Flat> flats_;                                     // step_groups' groups
 };
 
 /// torch.optim.SGD: g = grad + wd*p; b = momentum*b + g (b = g at the first step);
@@ -70,7 +99,8 @@ class SGD : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override;
-  void update(nn::Parameter& p, std::vector<Tensor>& slots, double lr, std::int64_t step) override;
+  void update(Tensor& value, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+              std::int64_t step) override;
 
  private:
   double momentum_, weight_decay_;
@@ -88,7 +118,8 @@ class Adam : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override { return {"adam_m", "adam_v"}; }
-  void update(nn::Parameter& p, std::vector<Tensor>& slots, double lr, std::int64_t step) override;
+  void update(Tensor& value, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+              std::int64_t step) override;
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
