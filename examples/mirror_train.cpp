@@ -94,6 +94,8 @@ po::options_description make_options() {
                                                         "checkpoints kept (default 3)")(
       "resume", po::value<std::string>(), "resume from the newest valid checkpoint in this folder")(
       "log-jsonl", po::value<std::string>(), "write per-step and per-epoch metrics as JSON lines")(
+      "overwrite", "let --log-jsonl replace an existing file (--resume appends to it)")(
+      "tensorboard", po::value<std::string>(), "write TensorBoard scalar summaries into DIR")(
       "trace", po::value<std::string>(), "write a Chrome trace (all ranks merged)")(
       "no-progress", "no progress bar");
   return o;
@@ -164,6 +166,8 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("resume", c.resume);
   set("log-jsonl", c.log_jsonl);
   set("trace", c.trace);
+  set("tensorboard", c.tensorboard);
+  if (vm.count("overwrite")) c.overwrite = true;
   if (vm.count("require-gpu")) c.require_gpu = true;
   if (vm.count("allow-gpu-sharing")) c.allow_gpu_sharing = true;
   if (vm.count("no-progress")) c.progress = false;

@@ -75,7 +75,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(require_gpu) X(allow_gpu_sharing) X(threads) X(comm_timeout_s) X(startup_timeout_s)      \
   X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
-  X(log_jsonl) X(trace) X(progress)
+  X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {

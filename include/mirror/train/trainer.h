@@ -74,7 +74,9 @@ struct TrainConfig {
   int keep = 3;
   std::string resume;  // checkpoint folder to resume from
   std::string log_jsonl;
+  bool overwrite = false;  // --log-jsonl may replace an existing file (docs/metrics.md)
   std::string trace;
+  std::string tensorboard;  // folder for TensorBoard event files (docs/metrics.md)
   bool progress = true;  // progress bar on rank 0 when stdout is a terminal
 
   /// True when the data comes from the user's files rather than the built-in sets.
