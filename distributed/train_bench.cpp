@@ -473,12 +473,18 @@ void write_outputs(const std::vector<TrainBenchRow>& rows, const TrainBenchOptio
 std::string train_bench_plot_data(const std::vector<TrainBenchRow>& rows) {
   std::ostringstream d;
   const double base = rows.empty() ? 0 : rows.front().samples_per_s / rows.front().replicas;
-  for (const auto& r : rows) {
+  const bool ceiling = std::any_of(rows.begin(), rows.end(), [](const TrainBenchRow& r) {
+    return r.compute_only_efficiency > 0;
+  });
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const TrainBenchRow& r = rows[i];
     d << r.replicas << " " << r.samples_per_s << " " << base * r.replicas << " "
       << r.scaling_efficiency << " ";
-    // NaN: gnuplot leaves the point out (no ceiling measured for this count).
+    // The smallest count is its own ceiling (efficiency 1); NaN: gnuplot leaves the point out.
     if (r.compute_only_efficiency > 0) {
       d << r.compute_only_efficiency;
+    } else if (ceiling && i == 0) {
+      d << r.scaling_efficiency;
     } else {
       d << "NaN";
     }
@@ -500,7 +506,7 @@ std::string train_bench_gnuplot(const TrainBenchOptions& o, const std::string& p
     << o.steps << " steps (+" << o.warmup << " warm-up), best of " << o.rounds << ", overlap "
     << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\"\n"
     << "set xlabel 'replicas (ranks)'\nset xtics 1\nset grid\nset key left top\n"
-    << "set offsets 0.1, 0.1, 0, 0\n"
+    << "set offsets 0.1, 0.1, graph 0.08, 0\n"
     << "set ylabel 'samples/s'\nset yrange [0:*]\n"
     << "plot '" << dat << "' using 1:2 with linespoints lw 2 title 'measured', '" << dat
     << "' using 1:3 with lines dt 2 title 'ideal (linear)'\n"

@@ -27,7 +27,10 @@ std::vector<TrainBenchRow> rows() {
 }
 
 TEST(BenchPlot, DataHasIdealEfficiencyAndCeiling) {
-  EXPECT_EQ(train_bench_plot_data(rows()), "1 1000 1000 1 NaN\n2 1700 2000 0.85 0.95\n");
+  EXPECT_EQ(train_bench_plot_data(rows()), "1 1000 1000 1 1\n2 1700 2000 0.85 0.95\n");
+  auto no_baseline = rows();
+  no_baseline[1].compute_only_efficiency = 0;
+  EXPECT_EQ(train_bench_plot_data(no_baseline), "1 1000 1000 1 NaN\n2 1700 2000 0.85 NaN\n");
 }
 
 TEST(BenchPlot, TwoPanelsFromZeroWithTheSettingsInTheTitle) {
