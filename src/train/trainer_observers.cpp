@@ -24,13 +24,23 @@ class TraceSteps final : public FitObserver {
     // Note [Step numbering]: the trace, the JSON log and the console count epochs and steps
     // from 1; "step" is the global step (steps done, this one included).
     const nlohmann::json where = {{"epoch", e.epoch + 1}, {"step", e.global_step}};
+    const std::pair<const char*, double> phases[] = {{"forward", timing.forward_ms},
+                                                     {"backward", timing.backward_ms},
+                                                     {"all-reduce wait", timing.exposed_comm_ms},
+                                                     {"optimizer", timing.optimizer_ms}};
+    // With several local replicas each phase is the slowest replica's, so the phases can add up
+    // to more than the step took; then they are shrunk alike to fit before the next step
+    // (whose spans start after this call), and "ms" keeps each measured value.
+    double sum_us = 0;
+    for (const auto& [name, ms] : phases) sum_us += ms * 1000;
+    const double room_us = trace_.now_us() - e.compute_start_us;
+    const double scale = sum_us > room_us && sum_us > 0 ? std::max(0.0, room_us) / sum_us : 1.0;
     double ts = e.compute_start_us;
-    for (auto [name, ms] : {std::pair{"forward", timing.forward_ms},
-                            {"backward", timing.backward_ms},
-                            {"all-reduce wait", timing.exposed_comm_ms},
-                            {"optimizer", timing.optimizer_ms}}) {
-      trace_.record(name, "step", ts, ms * 1000, where);
-      ts += ms * 1000;
+    for (const auto& [name, ms] : phases) {
+      nlohmann::json args = where;
+      args["ms"] = ms;
+      trace_.record(name, "step", ts, ms * 1000 * scale, std::move(args));
+      ts += ms * 1000 * scale;
     }
     trace_.record("step " + std::to_string(e.global_step), "step", e.compute_start_us,
                   ts - e.compute_start_us, where);
