@@ -24,7 +24,8 @@ if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
   target_include_directories(mirror SYSTEM PUBLIC $<BUILD_INTERFACE:${MIRROR_TB_INCLUDE}>
                                                   $<BUILD_INTERFACE:${MIRROR_TB_GENERATED}>)
   target_link_libraries(mirror PUBLIC protobuf::libprotobuf-lite)
-  target_compile_definitions(mirror PUBLIC $<BUILD_INTERFACE:MIRROR_WITH_TENSORBOARD=1>)
+  # INTERFACE: only the tests ask; the library's own files compile as without it.
+  target_compile_definitions(mirror INTERFACE $<BUILD_INTERFACE:MIRROR_WITH_TENSORBOARD=1>)
 else()
   message(STATUS "protobuf not found: mirror-train --tensorboard is unavailable")
   target_sources(mirror PRIVATE ${MIRROR_TB_DIR}/tensorboard/no_protobuf.cpp)

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "mirror/error.h"
+#include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
 
 namespace mirror::train {
@@ -157,6 +158,9 @@ void TrainConfig::validate() const {
   require(keep >= 1, "--keep must be >= 1");
   require(checkpoint_every >= 0, "--checkpoint-every must be >= 0");
   require(divergence_check_every >= 0, "--divergence-check-every must be >= 0");
+  require(tensorboard.empty() || TensorBoardWriter::available(),
+          "--tensorboard needs a build with protobuf: install libprotobuf-dev and "
+          "protobuf-compiler (scripts/setup.sh) and build again");
   require(checkpoint_every == 0 || !checkpoint_dir.empty(),
           "--checkpoint-every needs --checkpoint-dir");
 }

@@ -13,7 +13,7 @@ export OMP_NUM_THREADS=1
 if ! "$train" --model gru-rows --data synthetic --train-limit 128 --test-limit 32 --batch-size 32 \
   --threads 1 --devices cpu --no-progress --seed 3 --epochs 2 --tensorboard "$work/tb" \
   --log-jsonl "$work/log.jsonl" >"$work/a.out" 2>&1; then
-  grep -q "has no protobuf" "$work/a.out" && { echo "SKIP: built without protobuf"; exit 77; }
+  grep -q "needs a build with protobuf" "$work/a.out" && { echo "SKIP: built without protobuf"; exit 77; }
   cat "$work/a.out"; echo "FAIL: run with --tensorboard" >&2; exit 1
 fi
 python3 - "$work/tb" "$work/log.jsonl" <<'PY'
