@@ -1,6 +1,7 @@
 # Embeds examples/models/*.json into the mirror library as ModelSpec built-ins, so installed
-# programs need no source tree. Included from src/CMakeLists.txt after add_library(mirror); the
-# same file, run with -P, writes the generated .cpp (MIRROR_EMBED_OUT set).
+# programs need no source tree. Included from src/CMakeLists.txt after
+# add_library(mirror_objects); the same file, run with -P, writes the generated .cpp
+# (MIRROR_EMBED_OUT set).
 if(DEFINED MIRROR_EMBED_OUT)
   set(body "")
   set(table "")
@@ -37,4 +38,4 @@ add_custom_command(
   DEPENDS ${MIRROR_MODEL_SPECS} ${CMAKE_CURRENT_LIST_FILE}
   COMMENT "Embedding the built-in model specs (examples/models/*.json)"
   VERBATIM)
-target_sources(mirror PRIVATE ${MIRROR_EMBEDDED_SPECS_CPP})
+target_sources(mirror_objects PRIVATE ${MIRROR_EMBEDDED_SPECS_CPP})

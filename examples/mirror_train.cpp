@@ -91,8 +91,12 @@ po::options_description make_options() {
       "checkpoint-dir", po::value<std::string>(), "write checkpoints here (rank 0)")(
       "checkpoint-every", po::value<std::int64_t>(),
       "checkpoint every N steps (default: each epoch)")("keep", po::value<int>(),
-                                                        "checkpoints kept (default 3)")(
+                                                        "checkpoints kept (default 3; 0 = all)")(
       "resume", po::value<std::string>(), "resume from the newest valid checkpoint in this folder")(
+      "resume-or-start", po::value<std::string>(),
+      "like --resume, but start fresh when the folder holds no valid checkpoint")(
+      "allow-config-change", "resume with another seed, optimizer, lr or global batch (warns)")(
+      "overwrite-checkpoints", "a fresh run deletes the checkpoints already in --checkpoint-dir")(
       "log-jsonl", po::value<std::string>(), "write per-step and per-epoch metrics as JSON lines")(
       "overwrite", "let --log-jsonl replace an existing file (--resume appends to it)")(
       "tensorboard", po::value<std::string>(), "write TensorBoard scalar summaries into DIR")(
@@ -164,6 +168,14 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("checkpoint-every", c.checkpoint_every);
   set("keep", c.keep);
   set("resume", c.resume);
+  if (vm.count("resume-or-start")) {
+    MIRROR_CHECK(!vm.count("resume"), mirror::InvalidArgument,
+                 "give --resume or --resume-or-start, not both");
+    c.resume = vm["resume-or-start"].as<std::string>();
+    c.resume_or_start = true;
+  }
+  if (vm.count("allow-config-change")) c.allow_config_change = true;
+  if (vm.count("overwrite-checkpoints")) c.overwrite_checkpoints = true;
   set("log-jsonl", c.log_jsonl);
   set("trace", c.trace);
   set("tensorboard", c.tensorboard);

@@ -348,6 +348,27 @@ TEST(CheckpointManager, SkipsACorruptNewestFileAndWarnsOnce) {
   EXPECT_TRUE(fs::exists(newest)) << "corrupt files are kept for inspection";
 }
 
+TEST(CheckpointManager, ScanReturnsEachRejectedFileWithItsReason) {
+  TempDir dir;
+  CheckpointManager m(dir.path(), 0);
+  m.save(1, weights(1));
+  write_all(m.path_for(2), "short");
+  write_all(m.path_for(3), std::string(64, 'x'));
+  const CheckpointScan scan = m.scan();
+  EXPECT_EQ(scan.files, 3u);
+  ASSERT_TRUE(scan.found);
+  EXPECT_EQ(scan.found->step, 1);
+  ASSERT_EQ(scan.rejected.size(), 2u);
+  EXPECT_EQ(scan.rejected[0].first, m.path_for(3)) << "newest first";
+  EXPECT_EQ(scan.rejected[1].first, m.path_for(2));
+  EXPECT_NE(scan.rejected[1].second.find("ckpt-000000000002"), std::string::npos);
+  EXPECT_NE(scan.rejected[1].second.find("truncated"), std::string::npos)
+      << scan.rejected[1].second;
+  EXPECT_EQ(m.remove_all(), 3u);
+  EXPECT_TRUE(m.list().empty());
+  EXPECT_FALSE(m.scan().found);
+}
+
 TEST(CheckpointManager, NoValidCheckpointIsNullopt) {
   TempDir dir;
   CheckpointManager m(dir.path(), 2);

@@ -12,6 +12,7 @@
 #include "mirror/data/arrays.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
+#include "data/text_lines.h"
 
 namespace mirror::data {
 namespace {
@@ -79,19 +80,12 @@ struct Row {
 
 /// The non-blank lines of the file, split into fields.
 std::vector<Row> read_rows(std::string_view text, const std::string& name) {
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   std::vector<Row> rows;
-  std::int64_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  detail::TextLines lines(text);
+  for (std::string_view line; lines.next(line);) {
     if (trim(line).empty()) continue;
-    rows.push_back({line_no, split_fields(line, name + ": line " + std::to_string(line_no))});
+    rows.push_back(
+        {lines.number(), split_fields(line, name + ": line " + std::to_string(lines.number()))});
   }
   return rows;
 }

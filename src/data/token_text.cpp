@@ -9,6 +9,7 @@
 
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
+#include "data/text_lines.h"
 
 namespace mirror::data {
 namespace {
@@ -103,19 +104,13 @@ std::shared_ptr<const Dataset> parse_token_text(std::string_view text, const std
                    std::to_string(options.num_classes) + " and " + std::to_string(options.vocab));
   std::vector<std::int32_t> labels, ids;
   std::vector<std::int64_t> offsets = {0};
-  std::int64_t max_label = 0, max_id = 0, line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  std::int64_t max_label = 0, max_id = 0;
+  detail::TextLines lines(text);
+  for (std::string_view line; lines.next(line);) {
     std::size_t at = 0;
     const std::string_view label_field = next_field(line, at);
     if (label_field.empty()) continue;  // blank line
-    const std::string where = name + ": line " + std::to_string(line_no);
+    const std::string where = name + ": line " + std::to_string(lines.number());
     const std::int64_t label = parse_int(label_field, where, "label");
     MIRROR_CHECK(options.num_classes == 0 || label < options.num_classes, DataError,
                  where + ": label " + std::to_string(label) + " is >= the " +

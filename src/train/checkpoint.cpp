@@ -110,22 +110,44 @@ void CheckpointManager::remove_stale_temporaries() const {
   }
 }
 
-std::optional<LoadedCheckpoint> CheckpointManager::latest_valid() {
-  auto files = list();
+CheckpointScan CheckpointManager::scan() const {
+  CheckpointScan out;
+  const auto files = list();
+  out.files = files.size();
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
       LoadedCheckpoint loaded;
       loaded.step = it->first;
       loaded.path = it->second;
       loaded.file = read_safetensors(it->second);
-      return loaded;
-    } catch (const DataError& e) {
-      if (warned_.insert(it->second.string()).second) {
-        std::cerr << "mirror: warning: skipping corrupt checkpoint: " << e.what() << "\n";
-      }
+      out.found = std::move(loaded);
+      return out;
+    } catch (const Error& e) {  // DataError (corrupt) or Error (unreadable)
+      out.rejected.emplace_back(it->second, e.what());
     }
   }
-  return std::nullopt;
+  return out;
+}
+
+std::optional<LoadedCheckpoint> CheckpointManager::latest_valid() {
+  CheckpointScan s = scan();
+  for (const auto& [path, why] : s.rejected) {
+    if (warned_.insert(path.string()).second) {
+      std::cerr << "mirror: warning: skipping corrupt checkpoint: " << why << "\n";
+    }
+  }
+  return std::move(s.found);
+}
+
+std::size_t CheckpointManager::remove_all() {
+  std::size_t removed = 0;
+  for (const auto& [step, path] : list()) {
+    std::error_code ec;
+    MIRROR_CHECK(fs::remove(path, ec) && !ec, Error,
+                 "cannot delete old checkpoint " + path.string() + ": " + ec.message());
+    ++removed;
+  }
+  return removed;
 }
 
 }  // namespace mirror::train

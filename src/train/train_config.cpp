@@ -76,6 +76,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(require_gpu) X(allow_gpu_sharing) X(threads) X(comm_timeout_s) X(startup_timeout_s)      \
   X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
+  X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress)
 // clang-format on
 
@@ -155,7 +156,8 @@ void TrainConfig::validate() const {
   require(bucket_mb > 0 && first_bucket_mb > 0,
           "--bucket-mb and --first-bucket-mb must be positive");
   require(accumulation >= 1, "--accumulation must be >= 1");
-  require(keep >= 1, "--keep must be >= 1");
+  require(keep >= 0, "--keep must be >= 0 (0 keeps every checkpoint), got " + std::to_string(keep));
+  require(!resume_or_start || !resume.empty(), "resume_or_start needs a resume folder");
   require(checkpoint_every >= 0, "--checkpoint-every must be >= 0");
   require(divergence_check_every >= 0, "--divergence-check-every must be >= 0");
   require(tensorboard.empty() || TensorBoardWriter::available(),

@@ -1,7 +1,11 @@
 // Checkpoints of a training run: rank 0 writes weights + optimizer state + position; on resume
 // rank 0 reads the newest valid checkpoint and broadcasts its bytes, so every replica on every
-// node restores the same state (no shared file system needed).
+// node restores the same state (no shared file system needed). Every rank then checks that the
+// checkpoint is complete for this run (docs/checkpoint.md, "Resuming") before loading it.
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "mirror/error.h"
@@ -11,12 +15,183 @@
 namespace mirror::train {
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr const char* kOptimizerPrefix = "optimizer/";
+constexpr std::size_t kMaxProblemsListed = 8;
 
 std::string meta(const Metadata& m, const std::string& key) {
   auto it = m.find(key);
   MIRROR_CHECK(it != m.end(), DataError, "checkpoint metadata lacks '" + key + "'");
   return it->second;
+}
+
+/// A metadata value that must be an integer >= `min`: DataError naming the key and the value
+/// (never a bare "stoll").
+template <class Int>
+Int meta_int(const Metadata& m, const std::string& key, Int min) {
+  const std::string text = meta(m, key);
+  Int value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  MIRROR_CHECK(
+      !text.empty() && ec == std::errc() && end == text.data() + text.size() && value >= min,
+      DataError,
+      "checkpoint metadata '" + key + "' is '" + text + "': expected an integer >= " +
+          std::to_string(min) + " (the checkpoint was edited or written by another tool)");
+  return value;
+}
+
+/// The run configuration stored in "mirror.config" (an object; empty when absent).
+nlohmann::json meta_config(const Metadata& m) {
+  const auto it = m.find("mirror.config");
+  if (it == m.end()) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  MIRROR_CHECK(j.is_object(), DataError,
+               "checkpoint metadata 'mirror.config' is not a JSON object: '" +
+                   it->second.substr(0, 80) + "'");
+  return j;
+}
+
+std::string describe(const Tensor& t) {
+  std::string out = std::string(safetensors_dtype_name(t.dtype())) + " [";
+  for (std::size_t i = 0; i < t.shape().size(); ++i)
+    out += (i ? ", " : "") + std::to_string(t.shape()[i]);
+  return out + "]";
+}
+
+/// Index of the first NaN or infinity of a floating tensor (CPU), or -1.
+std::int64_t first_non_finite(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu());
+  const auto* bytes = static_cast<const unsigned char*>(h.raw_data());
+  for (std::int64_t i = 0; i < h.numel(); ++i) {
+    switch (h.dtype()) {
+      case DType::kFloat32:
+        if (!std::isfinite(h.data<float>()[i])) return i;
+        break;
+      case DType::kFloat64:
+        if (!std::isfinite(h.data<double>()[i])) return i;
+        break;
+      case DType::kFloat16:
+      case DType::kBFloat16: {  // exponent all ones: infinity or NaN
+        std::uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * i, 2);
+        const std::uint16_t exponent = h.dtype() == DType::kFloat16 ? 0x7C00 : 0x7F80;
+        if ((bits & exponent) == exponent) return i;
+        break;
+      }
+      default:
+        return -1;
+    }
+  }
+  return -1;
+}
+
+/// What this run needs from a checkpoint: every parameter, "optimizer/step", and (once the
+/// optimizer has stepped) every slot of every parameter, each with the parameter's dtype/shape.
+struct Layout {
+  std::map<std::string, const Tensor*> required;  // name -> a tensor of the expected type
+  std::set<std::string> optional;                 // slots, when the optimizer has not stepped
+};
+
+Layout expected_layout(nn::Sequential& model, const optim::Optimizer& opt, bool slots_required,
+                       bool with_optimizer) {
+  Layout l;
+  for (nn::Parameter* p : model.parameters()) {
+    l.required[p->name] = &p->value;
+    if (!with_optimizer) continue;
+    for (const std::string& slot : opt.slot_names()) {
+      const std::string name = kOptimizerPrefix + p->name + "/" + slot;
+      if (slots_required)
+        l.required[name] = &p->value;
+      else
+        l.optional.insert(name);
+    }
+  }
+  return l;
+}
+
+/// Every way `tensors` falls short of `layout`: missing, unknown, mistyped or non-finite
+/// tensors, each naming the tensor.
+std::vector<std::string> layout_problems(const NamedTensors& tensors, const Layout& layout,
+                                         bool with_optimizer) {
+  std::vector<std::string> problems;
+  for (const auto& [name, want] : layout.required) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      problems.push_back("missing tensor '" + name + "' (" + describe(*want) + ")");
+    } else if (it->second.dtype() != want->dtype() || it->second.shape() != want->shape()) {
+      problems.push_back("tensor '" + name + "' is " + describe(it->second) + ", this run needs " +
+                         describe(*want));
+    } else if (const std::int64_t i = first_non_finite(it->second); i >= 0) {
+      problems.push_back(
+          "tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
+          std::to_string(i) + "; the run had diverged: resume from an earlier checkpoint");
+    }
+  }
+  const std::string step_key = std::string(kOptimizerPrefix) + "step";
+  for (const auto& [name, t] : tensors) {
+    if (layout.required.count(name) || name == step_key) continue;
+    const bool optimizer_tensor = name.rfind(kOptimizerPrefix, 0) == 0;
+    if (optimizer_tensor && (!with_optimizer || layout.optional.count(name))) continue;
+    problems.push_back("unknown tensor '" + name + "' (" + describe(t) +
+                       "): not a parameter or optimizer slot of this run");
+  }
+  return problems;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < kMaxProblemsListed; ++i) out += "\n  " + items[i];
+  if (items.size() > kMaxProblemsListed)
+    out += "\n  ... and " + std::to_string(items.size() - kMaxProblemsListed) + " more";
+  return out;
+}
+
+/// The optimizer's completed steps from "optimizer/step" (int64 [1], >= 0).
+std::int64_t optimizer_steps(const NamedTensors& tensors) {
+  const auto it = tensors.find(std::string(kOptimizerPrefix) + "step");
+  MIRROR_CHECK(
+      it != tensors.end() && it->second.dtype() == DType::kInt64 && it->second.numel() == 1,
+      DataError,
+      std::string("missing or mistyped tensor 'optimizer/step' (expected I64 [1], found ") +
+          (it == tensors.end() ? std::string("none") : describe(it->second)) + ")");
+  const std::int64_t steps = it->second.to_vector<std::int64_t>()[0];
+  MIRROR_CHECK(steps >= 0, DataError,
+               "tensor 'optimizer/step' is " + std::to_string(steps) + ", expected >= 0");
+  return steps;
+}
+
+/// Where the run goes on: the checkpoint's position, moved to the same number of samples into
+/// the epoch when the global batch changed (--allow-config-change).
+StartPoint position_of(const Metadata& m, std::int64_t global_batch, std::int64_t steps_per_epoch) {
+  StartPoint s;
+  s.epoch = meta_int<int>(m, "mirror.epoch", 0);
+  s.step_in_epoch = meta_int<std::int64_t>(m, "mirror.step_in_epoch", 0);
+  s.global_step = meta_int<std::int64_t>(m, "mirror.step", 0);
+  const std::int64_t old_batch = meta_int<std::int64_t>(m, "mirror.global_batch", 1);
+  if (old_batch != global_batch) {
+    s.step_in_epoch = s.step_in_epoch * old_batch / global_batch;
+    if (s.step_in_epoch >= steps_per_epoch) s = {s.epoch + 1, 0, s.global_step};
+  }
+  MIRROR_CHECK(s.step_in_epoch < steps_per_epoch, DataError,
+               "checkpoint metadata 'mirror.step_in_epoch' is " + std::to_string(s.step_in_epoch) +
+                   " but an epoch has " + std::to_string(steps_per_epoch) + " steps");
+  return s;
+}
+
+/// Copies the (validated) weights into every local replica, and the optimizer state unless the
+/// optimizer changed (then it starts fresh).
+void load_tensors(dist::MirroredStrategy& strategy, const NamedTensors& tensors,
+                  bool with_optimizer) {
+  optim::State opt_state;
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind(kOptimizerPrefix, 0) == 0)
+      opt_state[name.substr(std::string(kOptimizerPrefix).size())] = t;
+  }
+  for (int r = 0; r < strategy.local_replicas(); ++r) {
+    for (nn::Parameter* p : strategy.model(r).parameters()) p->value.copy_from(tensors.at(p->name));
+    if (with_optimizer) strategy.optimizer(r).load_state(opt_state);
+  }
 }
 
 }  // namespace
@@ -57,68 +232,140 @@ void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   checkpoints->save(next.global_step, tensors, m);
 }
 
+void Trainer::Impl::check_checkpoint_dir() {
+  // Note [Foreign checkpoints]: a fresh run saving into a folder that holds another run's
+  // checkpoints would prune them (keep-last-K) or, worse, leave newer-numbered ones that a later
+  // --resume would pick up. So it is refused unless the run resumes from that very folder or
+  // the user asked to overwrite.
+  if (!checkpoints) return;
+  const auto files = checkpoints->list();
+  if (files.empty()) return;
+  std::error_code ec;
+  const bool resuming_here =
+      !config.resume.empty() && fs::equivalent(config.resume, config.checkpoint_dir, ec);
+  if (resuming_here) return;
+  if (config.overwrite_checkpoints) {
+    const std::size_t n = checkpoints->remove_all();
+    progress.message("[mirror] --overwrite-checkpoints: deleted " + std::to_string(n) +
+                     " checkpoint(s) of an earlier run in " + config.checkpoint_dir);
+    return;
+  }
+  throw InvalidArgument(
+      "--checkpoint-dir " + config.checkpoint_dir + " already holds " +
+      std::to_string(files.size()) + " checkpoint(s) of another run (newest " +
+      files.back().second.filename().string() +
+      "); this run would prune or mix with them. Pass --resume " + config.checkpoint_dir +
+      " to continue that run, --overwrite-checkpoints to delete them, or use another folder");
+}
+
+std::string Trainer::Impl::find_checkpoint(std::string& found) {
+  // A mistyped path must not silently start a fresh run (the manager would create it).
+  const bool exists = fs::is_directory(config.resume);
+  if (!exists && config.resume_or_start) {
+    progress.message("[mirror] --resume-or-start " + config.resume +
+                     ": no such folder; STARTING FRESH from step 0");
+    return {};
+  }
+  MIRROR_CHECK(exists, InvalidArgument,
+               "--resume " + config.resume +
+                   ": no such folder (--resume-or-start starts fresh when there is none)");
+  const CheckpointScan scan = CheckpointManager(config.resume, 0).scan();
+  std::vector<std::string> why;
+  for (const auto& [path, reason] : scan.rejected) why.push_back(reason);
+  if (scan.found) {
+    for (const auto& reason : why)
+      std::fprintf(stderr, "mirror: warning: skipping corrupt checkpoint: %s\n", reason.c_str());
+    found = scan.found->path.string();
+    Metadata metadata = scan.found->file.metadata;
+    metadata.erase(kChecksumKey);  // the encoder computes it afresh
+    return encode_safetensors(scan.found->file.tensors, metadata);
+  }
+  const std::string none = scan.files == 0 ? "holds no checkpoint (ckpt-<step>.safetensors)"
+                                           : "holds no valid checkpoint: every one of its " +
+                                                 std::to_string(scan.files) +
+                                                 " checkpoint(s) is unusable:" + joined(why);
+  if (config.resume_or_start) {
+    progress.message("[mirror] --resume-or-start " + config.resume + " " + none +
+                     "\n[mirror] STARTING FRESH from step 0");
+    return {};
+  }
+  throw DataError("--resume " + config.resume + " " + none +
+                  "\n(--resume-or-start starts fresh when there is no valid checkpoint)");
+}
+
 StartPoint Trainer::Impl::restore() {
+  if (is_root()) check_checkpoint_dir();
   if (config.resume.empty()) return {};
   // Rank 0 finds and validates the newest valid checkpoint, then broadcasts its bytes.
   std::string bytes;
   std::string found;
-  if (is_root()) {
-    // A mistyped path must not silently start a fresh run (the manager would create it).
-    MIRROR_CHECK(std::filesystem::is_directory(config.resume), InvalidArgument,
-                 "--resume " + config.resume + ": no such folder");
-    CheckpointManager reader(config.resume, config.keep);
-    if (auto ck = reader.latest_valid()) {
-      Metadata metadata = ck->file.metadata;
-      metadata.erase(kChecksumKey);  // the encoder computes it afresh
-      bytes = encode_safetensors(ck->file.tensors, metadata);
-      found = ck->path.string();
-    }
-  }
+  if (is_root()) bytes = find_checkpoint(found);
   std::int64_t size = static_cast<std::int64_t>(bytes.size());
   runtime.broadcast_bytes(std::as_writable_bytes(std::span<std::int64_t, 1>(&size, 1)), 0);
-  if (size == 0) {
-    if (is_root())
-      progress.message("[mirror] --resume " + config.resume +
-                       ": no valid checkpoint there; starting fresh");
-    return {};
-  }
+  if (size == 0) return {};  // --resume-or-start without a checkpoint (rank 0 said so)
   bytes.resize(static_cast<std::size_t>(size));
   runtime.broadcast_bytes(std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())), 0);
   const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
+  const std::string source = is_root() ? found : "the checkpoint from " + config.resume;
+  try {
+    return load_checkpoint(file, found);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(source + " cannot be resumed: " + e.what());
+  } catch (const DataError& e) {
+    throw DataError(source + " cannot be resumed: " + e.what());
+  }
+}
 
+std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const {
+  std::vector<std::string> changes;
+  auto differs = [&](const char* what, const std::string& then, const std::string& now) {
+    if (then != now) changes.push_back(std::string(what) + " " + then + " -> " + now);
+  };
+  differs("seed", std::to_string(meta_int<std::uint64_t>(m, "mirror.seed", 0)),
+          std::to_string(config.seed));
+  differs("optimizer", meta(m, "mirror.optimizer"), strategy->optimizer(0).name());
+  differs("global batch", std::to_string(meta_int<std::int64_t>(m, "mirror.global_batch", 1)),
+          std::to_string(global_batch));
+  const nlohmann::json stored = meta_config(m);
+  if (stored.contains("lr")) {
+    MIRROR_CHECK(
+        stored["lr"].is_number(), DataError,
+        "checkpoint metadata 'mirror.config' has a non-numeric lr: " + stored["lr"].dump());
+    differs("lr", nlohmann::json(stored["lr"].get<double>()).dump(),
+            nlohmann::json(config.lr).dump());
+  }
+  return changes;
+}
+
+StartPoint Trainer::Impl::load_checkpoint(const SafetensorsFile& file, const std::string& found) {
   const Metadata& m = file.metadata;
   MIRROR_CHECK(same_model(meta(m, "mirror.model")), InvalidArgument,
-               "checkpoint in " + config.resume + " holds model " + meta(m, "mirror.model") +
-                   ", this run builds " + task.model_description +
+               "it holds model " + meta(m, "mirror.model") + ", this run builds " +
+                   task.model_description +
                    "; resume with the same model (or start a fresh --checkpoint-dir)");
   MIRROR_CHECK(meta(m, "mirror.data_checksum") == checksum, InvalidArgument,
-               "checkpoint was trained on other data (checksum " + meta(m, "mirror.data_checksum") +
+               "it was trained on other data (checksum " + meta(m, "mirror.data_checksum") +
                    ", now " + checksum +
                    "); resume with the same --data, --train-limit and --test-limit");
-  MIRROR_CHECK(std::stoll(meta(m, "mirror.global_batch")) == global_batch, InvalidArgument,
-               "checkpoint used global batch " + meta(m, "mirror.global_batch") + ", this run " +
-                   std::to_string(global_batch) +
-                   ": keep the global batch when resuming (other world sizes are fine)");
-
-  optim::State opt_state;
-  for (const auto& [name, t] : file.tensors) {
-    if (name.rfind(kOptimizerPrefix, 0) == 0)
-      opt_state[name.substr(std::string(kOptimizerPrefix).size())] = t;
+  const StartPoint s = position_of(m, global_batch, train_loaders.front()->steps_per_epoch());
+  const std::vector<std::string> changes = config_changes(m);
+  MIRROR_CHECK(changes.empty() || config.allow_config_change, InvalidArgument,
+               "this run's configuration differs from the checkpoint's:" + joined(changes) +
+                   "\nresume with the checkpoint's values, or pass --allow-config-change");
+  const bool same_optimizer = meta(m, "mirror.optimizer") == strategy->optimizer(0).name();
+  const std::int64_t opt_steps = optimizer_steps(file.tensors);
+  const Layout layout =
+      expected_layout(strategy->model(0), strategy->optimizer(0), opt_steps > 0, same_optimizer);
+  const std::vector<std::string> problems = layout_problems(file.tensors, layout, same_optimizer);
+  MIRROR_CHECK(problems.empty(), DataError,
+               "it is incomplete or does not fit this run:" + joined(problems));
+  if (!changes.empty() && is_root()) {
+    progress.message(
+        "[mirror] warning: --allow-config-change: resuming with a configuration "
+        "that differs from the checkpoint's:" +
+        joined(changes) + (same_optimizer ? "" : "\n  (the optimizer starts from fresh state)"));
   }
-  for (int r = 0; r < strategy->local_replicas(); ++r) {
-    for (nn::Parameter* p : strategy->model(r).parameters()) {
-      auto it = file.tensors.find(p->name);
-      MIRROR_CHECK(it != file.tensors.end(), DataError,
-                   "checkpoint lacks parameter '" + p->name + "'");
-      check_shape(it->second, p->value.shape(), p->name.c_str());
-      p->value.copy_from(it->second);
-    }
-    strategy->optimizer(r).load_state(opt_state);
-  }
-  StartPoint s;
-  s.epoch = std::stoi(meta(m, "mirror.epoch"));
-  s.step_in_epoch = std::stoll(meta(m, "mirror.step_in_epoch"));
-  s.global_step = std::stoll(meta(m, "mirror.step"));
+  load_tensors(*strategy, file.tensors, same_optimizer);
   strategy->check_replicas_identical();
   if (is_root()) {
     progress.message("[mirror] resumed from " + found + " at epoch " + std::to_string(s.epoch + 1) +

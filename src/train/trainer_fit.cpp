@@ -43,7 +43,14 @@ FitSummary Trainer::Impl::fit() {
   summary.loss = dist::loss_name(loss);
   std::int64_t global_step = start.global_step;
   std::int64_t samples = 0;
-  bool stop = false;
+  // --max-steps is a global step, like --epochs: a resumed run stops where the whole run would.
+  const auto reached = [&](std::int64_t step) {
+    return config.max_steps > 0 && step >= config.max_steps;
+  };
+  bool stop = reached(global_step);
+  if (stop && is_root())
+    progress.message("[mirror] global step " + std::to_string(global_step) +
+                     " already reaches --max-steps; nothing to train");
   for (int epoch = start.epoch; epoch < config.epochs && !stop; ++epoch) {
     EpochRun run = begin_epoch(epoch, epoch == start.epoch ? start.step_in_epoch : 0);
     for (std::int64_t step = run.first_step; step < run.steps && !stop; ++step) {
@@ -54,8 +61,7 @@ FitSummary Trainer::Impl::fit() {
       event.data_wait_seconds = wait;
       event.step_seconds = seconds_since(step_start);
       record_step(run, event);
-      stop = event.last =
-          config.max_steps > 0 && global_step - start.global_step >= config.max_steps;
+      stop = event.last = reached(global_step);
       for (auto& o : observers) o->on_step(event);
     }
     const EpochEvent done = end_epoch(run, global_step);

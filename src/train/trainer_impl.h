@@ -187,6 +187,11 @@ struct Trainer::Impl {
   void make_strategy();
   void make_loaders();
   StartPoint restore();
+  // restore's parts (train_resume.cpp)
+  void check_checkpoint_dir();                   // rank 0: Note [Foreign checkpoints]
+  std::string find_checkpoint(std::string& found);  // rank 0: the bytes to broadcast, or ""
+  std::vector<std::string> config_changes(const Metadata& m) const;
+  StartPoint load_checkpoint(const SafetensorsFile& file, const std::string& found);
   /// Whether a checkpoint's model description is this task's.
   bool same_model(const std::string& stored) const;
   void save_checkpoint(const StartPoint& next);

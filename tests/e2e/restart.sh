@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # launch/mirrorrun --max-restarts: a rank killed (SIGKILL) mid-run makes the job fail; mirrorrun
-# relaunches it with --resume from the checkpoint dir, and the final weights equal the
-# uninterrupted run's bit for bit (same fingerprint). Also: giving up after N restarts with the
-# last cause, and the flag's errors.
+# relaunches it with --resume-or-start from the checkpoint dir, and the final weights equal the
+# uninterrupted run's bit for bit (same fingerprint), also when the rank dies before the first
+# checkpoint (the restart starts fresh). Also: giving up after N restarts with the last cause,
+# and the flag's errors.
 # Usage: restart.sh <build dir>. Exit 77 = skipped.
 set -u
 build="$(cd "${1:?usage: restart.sh <build dir>}" && pwd)"
@@ -49,6 +50,22 @@ grep -q "resumed from ck/" restart.out || fail "the restarted job did not resume
 got=$(fingerprint restart.out)
 [ "$got" = "$want" ] || fail "fingerprint after restart $got != uninterrupted $want"
 [ "$failures" -eq 0 ] && echo "ok   killed rank + restart: fingerprint $got equals the uninterrupted run"
+
+# 2b. A rank killed before the first checkpoint: the restart finds none and starts fresh
+#     (--resume-or-start; a plain --resume would fail on the empty folder).
+(timeout -k 10 300 "$run" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir early \
+   >early.out 2>early.err; echo $? >early.rc) &
+victim=""
+for _ in $(seq 1 600); do
+  victim=$(pgrep -f "^$train .*--checkpoint-dir early" | tail -1)
+  [ -n "$victim" ] && break
+  sleep 0.05
+done
+if [ -z "$victim" ]; then fail "no rank to kill early"; else kill -9 "$victim"; fi
+wait
+[ "$(cat early.rc)" -eq 0 ] || fail "early-killed job exited $(cat early.rc)"
+grep -q "STARTING FRESH" early.out || fail "the restart after an early kill did not start fresh"
+[ "$(fingerprint early.out)" = "$want" ] || fail "fingerprint after an early kill differs"
 
 # 3. A job that fails every time (its --resume folder does not exist): N restarts, then it gives
 #    up with the last cause.

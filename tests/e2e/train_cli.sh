@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end runs of mirror-train on a small synthetic slice: 1 and 2 ranks, interrupted and
-# resumed runs (bitwise identical to uninterrupted ones), resume at another world size, the
-# JSON-lines log and trace, and clear errors for bad flags and config files.
+# resumed runs (bitwise identical to uninterrupted ones, with --epochs and --max-steps), resume at
+# another world size, --resume without a valid checkpoint, --resume-or-start, a fresh run refusing
+# another run's checkpoints, the JSON-lines log and trace, and clear errors for bad flags/configs.
 set -euo pipefail
 build="$1"
 train="$build/bin/mirror-train"
@@ -74,6 +75,33 @@ newest=$(ls "$work/ck"/ckpt-*.safetensors | tail -1)
 printf 'garbage' | dd of="$newest" bs=1 seek=200 conv=notrunc status=none
 "$train" "${common[@]}" --epochs 2 --resume "$work/ck" >"$work/f.out" 2>&1 || { cat "$work/f.out"; fail "resume past corrupt"; }
 grep -qi "$(basename "$newest")" "$work/f.out" || { cat "$work/f.out"; fail "corrupt checkpoint not named"; }
+
+echo "== --max-steps is the global step: the same command resumed ends at the same step and weights"
+ms=(--epochs 2 --max-steps 9 --checkpoint-every 3 --keep 0 --checkpoint-dir "$work/ck3")
+"$train" "${common[@]}" "${ms[@]}" >"$work/m1.out" 2>&1 || { cat "$work/m1.out"; fail "max-steps run"; }
+[ "$(ls "$work/ck3" | wc -l)" -eq 3 ] || { ls "$work/ck3"; fail "--keep 0 did not keep checkpoints 3, 6, 9"; }
+rm "$work/ck3"/ckpt-00000000000[69].safetensors        # as if killed at step 7
+"$train" "${common[@]}" "${ms[@]}" --resume "$work/ck3" >"$work/m2.out" 2>&1 || { cat "$work/m2.out"; fail "max-steps resume"; }
+grep -q ', 6 steps$' "$work/m2.out" || { cat "$work/m2.out"; fail "the resumed run did not stop at global step 9"; }
+[ "$(fingerprint "$work/m1.out")" = "$(fingerprint "$work/m2.out")" ] || fail "max-steps resume differs"
+
+echo "== --resume with no valid checkpoint fails naming each file; --resume-or-start starts fresh"
+mkdir "$work/bad"
+echo garbage >"$work/bad/ckpt-000000000004.safetensors"
+echo garbage >"$work/bad/ckpt-000000000008.safetensors"
+set +e; "$train" "${common[@]}" --resume "$work/bad" >"$work/n.out" 2>&1; rc=$?; set -e
+[ $rc -ne 0 ] || fail "--resume of only corrupt checkpoints exited 0"
+grep -q 'ckpt-000000000004.safetensors' "$work/n.out" && grep -q 'ckpt-000000000008.safetensors' "$work/n.out" ||
+  { cat "$work/n.out"; fail "the error does not name every corrupt file"; }
+"$train" "${common[@]}" --resume-or-start "$work/bad" >"$work/o.out" 2>&1 || { cat "$work/o.out"; fail "--resume-or-start"; }
+grep -q 'STARTING FRESH' "$work/o.out" || { cat "$work/o.out"; fail "--resume-or-start did not say it starts fresh"; }
+
+echo "== a fresh run refuses a checkpoint dir holding another run's checkpoints"
+set +e; "$train" "${common[@]}" --checkpoint-dir "$work/ck3" >"$work/p.out" 2>&1; rc=$?; set -e
+[ $rc -ne 0 ] && grep -q 'already holds 3 checkpoint(s)' "$work/p.out" || { cat "$work/p.out"; fail "fresh run into ck3"; }
+[ -f "$work/ck3/ckpt-000000000009.safetensors" ] || fail "the refused run deleted a checkpoint"
+"$train" "${common[@]}" --checkpoint-dir "$work/ck3" --overwrite-checkpoints >"$work/q.out" 2>&1 || { cat "$work/q.out"; fail "--overwrite-checkpoints"; }
+[ ! -f "$work/ck3/ckpt-000000000009.safetensors" ] || fail "--overwrite-checkpoints kept the old run's checkpoint"
 
 echo "== bad flags and configs are clear errors"
 expect_error() {  # expect_error PATTERN CMD...

@@ -63,29 +63,7 @@ npy=(--train-x "$work/train_x.npy" --train-y "$work/train_y.npy" --test-x "$work
 csv=(--train-csv "$work/train.csv" --test-csv "$work/test.csv" --label-column label)
 
 # compare_checkpoints DIR_A DIR_B: the newest checkpoints hold the same tensors within 1e-4.
-compare_checkpoints() {
-  python3 - "$1" "$2" <<'PY'
-import glob, json, struct, sys
-def load(folder):
-    path = sorted(glob.glob(folder + "/ckpt-*.safetensors"))[-1]
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__" or name.startswith("optimizer/"):
-            continue
-        assert t["dtype"] == "F32", t
-        b, e = t["data_offsets"]
-        out[name] = struct.unpack("<%df" % ((e - b) // 4), data[8 + n + b:8 + n + e])
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
-worst = max(abs(u - v) / max(1e-3, abs(v)) for k in a for u, v in zip(a[k], b[k]))
-print("max relative difference 1 vs 2 ranks: %.3g" % worst)
-assert worst <= 1e-4, worst
-PY
-}
+compare_checkpoints() { python3 "$(dirname "${BASH_SOURCE[0]}")/compare_checkpoints.py" "$1" "$2" 1e-4; }
 
 # check_run NAME FLAGS...: trains under 1 and 2 ranks, checks the log and the weights.
 check_run() {

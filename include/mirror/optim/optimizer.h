@@ -44,10 +44,11 @@ class Optimizer {
   /// moved to their parameter's device at the next step). Throws InvalidArgument for a name
   /// this optimizer does not keep or a missing/invalid "step".
   void load_state(const State& state);
+  /// The slot names this optimizer keeps per parameter (e.g. {"adam_m", "adam_v"}); a
+  /// checkpoint is complete only with every one of them for every parameter.
+  virtual std::vector<std::string> slot_names() const = 0;
 
  protected:
-  /// The slot names this optimizer keeps per parameter (e.g. {"adam_m", "adam_v"}).
-  virtual std::vector<std::string> slot_names() const = 0;
   /// Updates one parameter at 1-based step `step`; `slots` holds slot_names() in order.
   virtual void update(nn::Parameter& p, std::vector<Tensor>& slots, double lr,
                       std::int64_t step) = 0;

@@ -10,6 +10,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "mirror/tensor.h"
 
@@ -71,6 +73,14 @@ struct LoadedCheckpoint {
   SafetensorsFile file;
 };
 
+/// What a newest-first scan of a checkpoint folder found: the newest checkpoint that reads and
+/// verifies (if any) and every newer one that did not, with the reason.
+struct CheckpointScan {
+  std::optional<LoadedCheckpoint> found;
+  std::vector<std::pair<std::filesystem::path, std::string>> rejected;  // newest first
+  std::size_t files = 0;                                                // checkpoint files present
+};
+
 /// Checkpoints of one run in one directory: "ckpt-<step, 12 digits>.safetensors". Only rank 0
 /// should own a manager that saves; any rank may load.
 class CheckpointManager {
@@ -87,6 +97,12 @@ class CheckpointManager {
   /// skipped with one warning each on stderr naming the file and the problem (they are kept
   /// on disk for inspection). std::nullopt when there is none.
   std::optional<LoadedCheckpoint> latest_valid();
+  /// The same scan without warnings: the caller reports the rejected files.
+  CheckpointScan scan() const;
+
+  /// Deletes every checkpoint file of the folder (a fresh run told to overwrite an old one);
+  /// returns how many were deleted.
+  std::size_t remove_all();
 
   /// Checkpoint files present (valid or not), oldest step first.
   std::vector<std::pair<std::int64_t, std::filesystem::path>> list() const;

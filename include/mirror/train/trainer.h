@@ -42,7 +42,7 @@ struct TrainConfig {
   std::int64_t test_limit = 0;
   // schedule
   int epochs = 1;
-  std::int64_t max_steps = 0;   // stop after this many steps in total (0 = no limit)
+  std::int64_t max_steps = 0;   // stop at this global step, resumes included (0 = no limit)
   std::int64_t batch_size = 0;  // global batch (0: batch_per_replica x replicas, else 64)
   std::int64_t batch_per_replica = 0;
   std::string optimizer = "adam";  // sgd | adam | adamw
@@ -72,7 +72,10 @@ struct TrainConfig {
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch only
   int keep = 3;
-  std::string resume;  // checkpoint folder to resume from
+  std::string resume;  // checkpoint folder to resume from (no valid checkpoint there: an error)
+  bool resume_or_start = false;        // ... unless this is set: then start fresh, loudly
+  bool allow_config_change = false;    // resume with another seed/optimizer/lr/global batch
+  bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints in checkpoint_dir
   std::string log_jsonl;
   bool overwrite = false;  // --log-jsonl may replace an existing file (docs/metrics.md)
   std::string trace;
