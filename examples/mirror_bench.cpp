@@ -1,7 +1,7 @@
 // mirror-bench: Mirror's benchmarks behind one program, one subcommand each.
 //   mirror-bench allreduce [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [--dtype float32]
 //                          [--backend auto|mpi|nccl] [--allow-gpu-sharing]
-//   mirror-bench train --model cnn|gru --replicas 1,2 [--devices cpu|gpu] [--json FILE]
+//   mirror-bench train --model cnn|gru-rows --replicas 1,2 [--devices cpu|gpu] [--json FILE]
 //                      (starts its own jobs)
 // Run it under mpirun / launch/mirrorrun; rank 0 prints the table.
 #include <boost/program_options.hpp>
@@ -84,7 +84,8 @@ int run_train(int argc, char** argv) {
       "peak memory.\n\nOptions");
   auto add = desc.add_options();
   add("help,h", "show this help");
-  add("model", po::value(&o.model)->default_value(o.model), "cnn or gru");
+  add("model", po::value(&o.model)->default_value(o.model),
+      "cnn or gru-rows, as in mirror-train (gru: an older name of gru-rows)");
   add("replicas", po::value(&replicas)->default_value(replicas), "replica counts, e.g. 1,2,4");
   add("steps", po::value(&o.steps)->default_value(o.steps), "timed steps per count");
   add("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first");
@@ -123,6 +124,7 @@ int run_train(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
+    if (o.model == "gru") o.model = "gru-rows";  // one name per model across the programs
     o.replicas.clear();
     std::stringstream list(replicas);
     for (std::string item; std::getline(list, item, ',');) o.replicas.push_back(std::stoi(item));

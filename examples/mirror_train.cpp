@@ -98,6 +98,8 @@ po::options_description make_options() {
       "allow-config-change", "resume with another seed, optimizer, lr or global batch (warns)")(
       "overwrite-checkpoints", "a fresh run deletes the checkpoints already in --checkpoint-dir")(
       "log-jsonl", po::value<std::string>(), "write per-step and per-epoch metrics as JSON lines")(
+      "overwrite", "let --log-jsonl replace an existing file (--resume appends to it)")(
+      "tensorboard", po::value<std::string>(), "write TensorBoard scalar summaries into DIR")(
       "trace", po::value<std::string>(), "write a Chrome trace (all ranks merged)")(
       "no-progress", "no progress bar");
   return o;
@@ -176,6 +178,8 @@ TrainConfig config_from(const po::variables_map& vm) {
   if (vm.count("overwrite-checkpoints")) c.overwrite_checkpoints = true;
   set("log-jsonl", c.log_jsonl);
   set("trace", c.trace);
+  set("tensorboard", c.tensorboard);
+  if (vm.count("overwrite")) c.overwrite = true;
   if (vm.count("require-gpu")) c.require_gpu = true;
   if (vm.count("allow-gpu-sharing")) c.allow_gpu_sharing = true;
   if (vm.count("no-progress")) c.progress = false;

@@ -27,7 +27,7 @@ for model in "${models[@]}"; do
     echo "== $model, $np rank(s): $log.out"
     start=$(date +%s)
     "$root/launch/mirrorrun" -np "$np" "$build/bin/mirror-train" "${args[@]}" --devices cpu --no-progress \
-      --log-jsonl "$log.jsonl" >"$log.out" 2>&1
+      --log-jsonl "$log.jsonl" --overwrite >"$log.out" 2>&1
     echo "   $(grep '^test accuracy' "$log.out")  ($(($(date +%s) - start)) s)"
   done
 done

@@ -8,6 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libdnnl-dev
   libboost-program-options-dev zlib1g-dev nlohmann-json3-dev
+  libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   wamerican wngerman wfrench wspanish witalian

@@ -49,10 +49,30 @@ TEST(MetricsLog, WritesOneFlushedObjectPerLine) {
   EXPECT_EQ(second["accuracy"], 0.5);
   EXPECT_EQ(lines[0], R"({"loss":2.5,"phase":"train","step":1})") << "deterministic bytes";
 
-  MetricsLog append(p, /*append=*/true);
+  MetricsLog append(p, LogMode::kAppend);
   append.write({{"step", 3}});
   EXPECT_EQ(lines_of(p).size(), 3u);
   fs::remove_all(p.parent_path());
+}
+
+TEST(MetricsLog, AnExistingFileIsRefusedUnlessOverwriteOrAppend) {
+  const fs::path p = temp_path("existing.jsonl");
+  { MetricsLog(p).write({{"run", 1}}); }
+  try {
+    MetricsLog again(p);
+    FAIL() << "an existing log was opened without --overwrite";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(MetricsLog::check_mode(p, LogMode::kNew), InvalidArgument);
+  EXPECT_EQ(lines_of(p).size(), 1u) << "the refused log is left as it was";
+  MetricsLog::check_mode(p, LogMode::kOverwrite);
+  { MetricsLog(p, LogMode::kAppend).write({{"run", 2}}); }
+  EXPECT_EQ(lines_of(p).size(), 2u);
+  { MetricsLog(p, LogMode::kOverwrite).write({{"run", 3}}); }
+  ASSERT_EQ(lines_of(p).size(), 1u);
+  EXPECT_EQ(json::parse(lines_of(p)[0])["run"], 3);
+  fs::remove(p);
 }
 
 TEST(MetricsLog, DisabledAndBadPaths) {
@@ -137,6 +157,41 @@ TEST(Trace, ThreadsGetTheirOwnTidAndDisabledRecordsNothing) {
   off.record("y", "c", 0, 1);
   EXPECT_TRUE(off.events().empty());
   EXPECT_EQ(off.serialise(), "[]");
+}
+
+TEST(Trace, NamedTracksGetTheirOwnTidAndName) {
+  TraceRecorder rec(2);
+  rec.record("forward", "step", 0, 10);
+  const int comm = rec.track("all-reduce");
+  EXPECT_EQ(rec.track("all-reduce"), comm) << "one tid per name";
+  EXPECT_NE(comm, 0);
+  rec.record("bucket 0", "comm", 5, 10, nullptr, comm);  // overlaps forward, on its own track
+  const json merged = merge_traces({rec.serialise()});
+  EXPECT_EQ(count_badly_nested(merged), 0u);
+  bool named = false;
+  for (const auto& e : merged["traceEvents"]) {
+    named |= e["name"] == "thread_name" && e["tid"] == comm && e["args"]["name"] == "all-reduce" &&
+             e["pid"] == 2;
+  }
+  EXPECT_TRUE(named) << merged.dump();
+}
+
+TEST(Trace, CountsBadlyNestedPairsPerTrack) {
+  auto x = [](int tid, double ts, double dur) {
+    return json{{"name", "s"}, {"ph", "X"}, {"pid", 0}, {"tid", tid}, {"ts", ts}, {"dur", dur}};
+  };
+  json trace = {{"traceEvents", json::array()}};
+  auto& ev = trace["traceEvents"];
+  ev.push_back(x(0, 0, 100));   // parent
+  ev.push_back(x(0, 0, 40));    // child sharing its start
+  ev.push_back(x(0, 40, 60));   // child sharing its end
+  ev.push_back(x(0, 100, 5));   // after it, touching
+  ev.push_back(x(1, 50, 100));  // overlaps, but on another track
+  EXPECT_EQ(count_badly_nested(trace), 0u);
+  ev.push_back(x(0, 90, 20));  // starts inside the parent and the second child, ends after both
+  EXPECT_EQ(count_badly_nested(trace), 2u);
+  ev.push_back(x(1, 120, 100));  // starts inside (1, 50, 100), ends after it
+  EXPECT_EQ(count_badly_nested(trace), 3u);
 }
 
 TEST(Trace, MaxEventsDropsAndCounts) {

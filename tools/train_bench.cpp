@@ -40,8 +40,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 void check_train_bench_options(const TrainBenchOptions& o) {
-  MIRROR_CHECK(o.model == "cnn" || o.model == "gru", InvalidArgument,
-               "--model must be cnn or gru, got '" + o.model + "'");
+  MIRROR_CHECK(o.model == "cnn" || o.model == "gru-rows" || o.model == "gru", InvalidArgument,
+               "--model must be cnn or gru-rows (gru: the same model), got '" + o.model + "'");
   MIRROR_CHECK(!o.replicas.empty(), InvalidArgument, "--replicas needs at least one count");
   for (int r : o.replicas) {
     MIRROR_CHECK(r >= 1 && r <= 1024, InvalidArgument,
@@ -415,19 +415,9 @@ void write_plot(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions&
   const fs::path gp = fs::path(png).replace_extension(".gp");
   {
     std::ofstream d(dat);
-    const double base = rows.front().samples_per_s / rows.front().replicas;
-    for (const auto& r : rows) {
-      d << r.replicas << " " << r.samples_per_s << " " << base * r.replicas << "\n";
-    }
+    d << train_bench_plot_data(rows);
     std::ofstream g(gp);
-    g << "set terminal png size 800,500\n"
-      << "set output '" << png << "'\n"
-      << "set title 'mirror-bench train: " << o.model << ", batch " << o.batch_per_replica
-      << " per replica'\n"
-      << "set xlabel 'replicas (ranks)'\nset ylabel 'samples/s'\nset key left top\n"
-      << "set xtics 1\nset grid\n"
-      << "plot '" << dat.string() << "' using 1:2 with linespoints lw 2 title 'measured', '"
-      << dat.string() << "' using 1:3 with lines dt 2 title 'ideal (linear)'\n";
+    g << train_bench_gnuplot(o, png, dat.string());
   }
   const int rc = spawn_and_wait({"gnuplot", gp.string()});
   if (rc == 0) {
@@ -479,6 +469,56 @@ void write_outputs(const std::vector<TrainBenchRow>& rows, const TrainBenchOptio
 }
 
 }  // namespace
+
+std::string train_bench_plot_data(const std::vector<TrainBenchRow>& rows) {
+  std::ostringstream d;
+  const double base = rows.empty() ? 0 : rows.front().samples_per_s / rows.front().replicas;
+  const bool ceiling = std::any_of(rows.begin(), rows.end(), [](const TrainBenchRow& r) {
+    return r.compute_only_efficiency > 0;
+  });
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const TrainBenchRow& r = rows[i];
+    d << r.replicas << " " << r.samples_per_s << " " << base * r.replicas << " "
+      << r.scaling_efficiency << " ";
+    // The smallest count is its own ceiling (efficiency 1); NaN: gnuplot leaves the point out.
+    if (r.compute_only_efficiency > 0) {
+      d << r.compute_only_efficiency;
+    } else if (ceiling && i == 0) {
+      d << r.scaling_efficiency;
+    } else {
+      d << "NaN";
+    }
+    d << "\n";
+  }
+  return d.str();
+}
+
+std::string train_bench_gnuplot(const TrainBenchOptions& o, const std::string& png,
+                                const std::string& dat) {
+  std::ostringstream g;
+  // Both panels start at 0 and autoscale their top over every curve drawn, so nothing is
+  // clipped and a small gap between curves does not look like a large one.
+  g << "set terminal png size 900,800\n"
+    << "set output '" << png << "'\n"
+    << "set multiplot layout 2,1 title \"mirror-bench train: " << o.model << " on " << o.devices
+    << ", batch " << o.batch_per_replica << " per replica, " << o.threads
+    << " thread(s) per rank\\n"
+    << o.steps << " steps (+" << o.warmup << " warm-up), best of " << o.rounds << ", overlap "
+    << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\"\n"
+    << "set xlabel 'replicas (ranks)'\nset xtics 1\nset grid\nset key left top\n"
+    << "set offsets 0.1, 0.1, graph 0.08, 0\n"
+    << "set ylabel 'samples/s'\nset yrange [0:*]\n"
+    << "plot '" << dat << "' using 1:2 with linespoints lw 2 title 'measured', '" << dat
+    << "' using 1:3 with lines dt 2 title 'ideal (linear)'\n"
+    << "set ylabel 'scaling efficiency'\nset yrange [0:*]\nset key left bottom\n"
+    << "plot '" << dat << "' using 1:4 with linespoints lw 2 title 'measured', 1 with lines dt 2 "
+    << "title 'ideal'";
+  if (o.baseline) {
+    g << ", '" << dat << "' using 1:5 with linespoints dt 3 title 'no-comm ceiling'";
+  }
+  g << "\nunset multiplot\n";
+  return g.str();
+}
 
 int run_train_bench(const std::string& argv0, const TrainBenchOptions& o, std::ostream& out) {
   check_train_bench_options(o);

@@ -15,7 +15,9 @@
 namespace mirror::dist {
 
 struct TrainBenchOptions {
-  std::string model = "cnn";  // "cnn" (TF-tutorial CNN) or "gru" (GRU over image rows)
+  /// "cnn" (TF-tutorial CNN) or "gru-rows" (GRU over image rows; "gru" is an alias), the names
+  /// mirror-train uses.
+  std::string model = "cnn";
   std::vector<int> replicas = {1, 2};
   int steps = 20;  // timed steps per replica count
   int warmup = 3;  // untimed steps first (allocator cache, oneDNN primitives)
@@ -63,6 +65,14 @@ struct TrainBenchRow {
   /// (the ceiling the mirrored run can reach on this machine); 0 = not measured.
   double compute_only_efficiency = 0;
 };
+
+/// The plot's data: per row, replicas, samples/s, ideal samples/s (linear from the first row),
+/// scaling efficiency and the no-comm ceiling (NaN when not measured).
+std::string train_bench_plot_data(const std::vector<TrainBenchRow>& rows);
+/// The gnuplot script drawing `dat` into `png`: samples/s and scaling efficiency (with the
+/// no-comm ceiling under --baseline), both from 0, the run's settings in the title.
+std::string train_bench_gnuplot(const TrainBenchOptions& o, const std::string& png,
+                                const std::string& dat);
 
 /// Validates the options; throws InvalidArgument naming the bad one.
 void check_train_bench_options(const TrainBenchOptions& o);

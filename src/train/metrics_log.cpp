@@ -9,10 +9,21 @@
 
 namespace mirror::train {
 
-MetricsLog::MetricsLog(const std::filesystem::path& path, bool append) : path_(path) {
+void MetricsLog::check_mode(const std::filesystem::path& path, LogMode mode) {
+  std::error_code ec;
+  MIRROR_CHECK(mode != LogMode::kNew || !std::filesystem::exists(path, ec), InvalidArgument,
+               "the metrics log '" + path.string() +
+                   "' already exists; pass --overwrite to replace it, --resume to append to it, "
+                   "or name another file with --log-jsonl");
+}
+
+MetricsLog::MetricsLog(const std::filesystem::path& path, LogMode mode) : path_(path) {
+  check_mode(path, mode);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  // "wx" (exclusive) so a file that appears after check_mode is not truncated either.
+  const char* how = mode == LogMode::kAppend ? "a" : mode == LogMode::kOverwrite ? "w" : "wx";
+  file_ = std::fopen(path.c_str(), how);
   MIRROR_CHECK(file_ != nullptr, InvalidArgument,
                "cannot open the metrics log '" + path.string() +
                    "' for writing: " + std::strerror(errno) + " (check --log-jsonl)");

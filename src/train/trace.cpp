@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -69,13 +70,20 @@ double TraceRecorder::now_us() const {
 void TraceRecorder::set_epoch_now() { epoch_ns_.store(steady_ns(), std::memory_order_relaxed); }
 
 int TraceRecorder::thread_number() {
-  const auto [it, _] =
-      threads_.try_emplace(std::this_thread::get_id(), static_cast<int>(threads_.size()));
+  const auto [it, added] = threads_.try_emplace(std::this_thread::get_id(), next_tid_);
+  if (added) ++next_tid_;
+  return it->second;
+}
+
+int TraceRecorder::track(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  const auto [it, added] = tracks_.try_emplace(name, next_tid_);
+  if (added) ++next_tid_;
   return it->second;
 }
 
 void TraceRecorder::record(std::string name, std::string cat, double ts_us, double dur_us,
-                           json args) {
+                           json args, int tid) {
   if (!enabled_) return;
   std::lock_guard lock(mutex_);
   if (events_.size() >= max_events_) {
@@ -83,7 +91,7 @@ void TraceRecorder::record(std::string name, std::string cat, double ts_us, doub
     return;
   }
   events_.push_back(TraceEvent{std::move(name), std::move(cat), ts_us, std::max(0.0, dur_us), rank_,
-                               thread_number(), std::move(args)});
+                               tid >= 0 ? tid : thread_number(), std::move(args)});
 }
 
 std::vector<TraceEvent> TraceRecorder::events() const {
@@ -112,6 +120,14 @@ json to_json(const TraceEvent& e) {
 std::string TraceRecorder::serialise() const {
   json out = json::array();
   for (const TraceEvent& e : events()) out.push_back(to_json(e));
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, tid] : tracks_) {
+    out.push_back({{"name", "thread_name"},
+                   {"ph", "M"},
+                   {"pid", rank_},
+                   {"tid", tid},
+                   {"args", {{"name", name}}}});
+  }
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -143,6 +159,35 @@ json merge_traces(const std::vector<std::string>& per_rank) {
                       {"args", {{"name", "rank " + std::to_string(pid)}}}});
   }
   return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
+std::size_t count_badly_nested(const json& trace) {
+  struct Interval {
+    double begin, end;
+  };
+  std::map<std::pair<int, int>, std::vector<Interval>> rows;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X") continue;
+    const double ts = e.at("ts").get<double>();
+    rows[{e.at("pid").get<int>(), e.at("tid").get<int>()}].push_back(
+        {ts, ts + e.at("dur").get<double>()});
+  }
+  std::size_t bad = 0;
+  for (auto& [row, spans] : rows) {
+    std::sort(spans.begin(), spans.end(), [](const Interval& a, const Interval& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+    });
+    // 1 ns of slack: ts + dur is rounded, so a child ending exactly with its parent may come
+    // out a rounding step later. The inner loop only visits spans starting inside span i.
+    constexpr double kSlackUs = 1e-3;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      for (std::size_t j = i + 1; j < spans.size() && spans[j].begin < spans[i].end - kSlackUs;
+           ++j) {
+        if (spans[j].end > spans[i].end + kSlackUs) ++bad;
+      }
+    }
+  }
+  return bad;
 }
 
 void write_trace_file(const std::filesystem::path& path, const json& trace) {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "mirror/error.h"
+#include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
 
 namespace mirror::train {
@@ -76,7 +77,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
-  X(log_jsonl) X(trace) X(progress)
+  X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -159,6 +160,9 @@ void TrainConfig::validate() const {
   require(!resume_or_start || !resume.empty(), "resume_or_start needs a resume folder");
   require(checkpoint_every >= 0, "--checkpoint-every must be >= 0");
   require(divergence_check_every >= 0, "--divergence-check-every must be >= 0");
+  require(tensorboard.empty() || TensorBoardWriter::available(),
+          "--tensorboard needs a build with protobuf: install libprotobuf-dev and "
+          "protobuf-compiler (scripts/setup.sh) and build again");
   require(checkpoint_every == 0 || !checkpoint_dir.empty(),
           "--checkpoint-every needs --checkpoint-dir");
 }

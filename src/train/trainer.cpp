@@ -35,6 +35,11 @@ int default_threads(const dist::Runtime& rt, std::size_t local_replicas) {
   return std::max(1, cores / std::max(1, rt.local_size() * static_cast<int>(local_replicas)));
 }
 
+LogMode log_mode(const TrainConfig& c) {
+  if (!c.resume.empty()) return LogMode::kAppend;  // the resumed run continues its log
+  return c.overwrite ? LogMode::kOverwrite : LogMode::kNew;
+}
+
 std::string shape_text(const Shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
@@ -102,6 +107,10 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
       trace(rt.world_rank(), !config.trace.empty()),
       progress(rt.world_rank() == 0, config.progress && isatty(STDOUT_FILENO) != 0) {
   config.validate();
+  // Refused at once, not after loading the data (rank 0 writes the log; its error ends the job).
+  if (is_root() && !config.log_jsonl.empty()) {
+    MetricsLog::check_mode(config.log_jsonl, log_mode(config));
+  }
   runtime.set_default_timeout(
       std::chrono::milliseconds(static_cast<std::int64_t>(config.comm_timeout_s * 1000)));
   // Every rank must run the same job: compare the whole config (minus per-rank-free fields).
@@ -140,7 +149,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
 
   if (is_root()) {
     if (!config.checkpoint_dir.empty()) checkpoints.emplace(config.checkpoint_dir, config.keep);
-    if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, !config.resume.empty());
+    if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, log_mode(config));
     progress.message("[mirror] model " + model_name + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +

@@ -154,7 +154,8 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
-/// The observers of a run, in the order they are told: trace, progress, JSON log, checkpoints.
+/// The observers of a run, in the order they are told: trace, progress, JSON log, TensorBoard
+/// scalars (rank 0, with --tensorboard), checkpoints.
 std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
 
 // ---- the trainer -------------------------------------------------------------------------

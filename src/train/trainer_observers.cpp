@@ -1,8 +1,9 @@
 // The fit loop's observers: the trace spans of each step's phases, the console (progress bar,
-// epoch lines, summary), the JSON-lines log and the checkpoints.
+// epoch lines, summary), the JSON-lines log, the TensorBoard scalars and the checkpoints.
 #include <algorithm>
 #include <cstdio>
 
+#include "mirror/train/tensorboard.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
@@ -10,31 +11,69 @@ namespace {
 
 double per_second(double n, double seconds) { return n / std::max(seconds, 1e-9); }
 
-/// The strategy reports phase durations; they are laid out as spans of the step.
+/// The strategy reports phase durations; they are laid out as spans inside a "step N" span on
+/// the main thread's track. Each bucket's all-reduce overlaps backward, so it goes on a track
+/// of its own (Note [Trace tracks]): the first "all-reduce" track free at its launch, a new one
+/// ("all-reduce 2", ...) when all are busy (buckets in flight at once).
 class TraceSteps final : public FitObserver {
  public:
   explicit TraceSteps(TraceRecorder& trace) : trace_(trace) {}
   void on_step(const StepEvent& e) override {
     if (!trace_.enabled()) return;
     const dist::StepTiming& timing = e.result->timing;
-    const std::int64_t step = e.global_step - 1;  // the index the step ran at
+    // Note [Step numbering]: the trace, the JSON log and the console count epochs and steps
+    // from 1; "step" is the global step (steps done, this one included).
+    const nlohmann::json where = {{"epoch", e.epoch + 1}, {"step", e.global_step}};
+    const std::pair<const char*, double> phases[] = {{"forward", timing.forward_ms},
+                                                     {"backward", timing.backward_ms},
+                                                     {"all-reduce wait", timing.exposed_comm_ms},
+                                                     {"optimizer", timing.optimizer_ms}};
+    // With several local replicas each phase is the slowest replica's, so the phases can add up
+    // to more than the step took; then they are shrunk alike to fit before the next step
+    // (whose spans start after this call), and "ms" keeps each measured value.
+    double sum_us = 0;
+    for (const auto& [name, ms] : phases) sum_us += ms * 1000;
+    const double room_us = trace_.now_us() - e.compute_start_us;
+    const double scale = sum_us > room_us && sum_us > 0 ? std::max(0.0, room_us) / sum_us : 1.0;
     double ts = e.compute_start_us;
-    for (auto [name, ms] : {std::pair{"forward", timing.forward_ms},
-                            {"backward", timing.backward_ms},
-                            {"all-reduce wait", timing.exposed_comm_ms},
-                            {"optimizer", timing.optimizer_ms}}) {
-      trace_.record(name, "step", ts, ms * 1000, {{"step", step}});
-      ts += ms * 1000;
+    for (const auto& [name, ms] : phases) {
+      nlohmann::json args = where;
+      args["ms"] = ms;
+      trace_.record(name, "step", ts, ms * 1000 * scale, std::move(args));
+      ts += ms * 1000 * scale;
     }
-    for (const auto& b : timing.buckets) {
-      trace_.record("all-reduce bucket " + std::to_string(b.index), "comm",
-                    e.compute_start_us + b.launch_ms * 1000, (b.done_ms - b.launch_ms) * 1000,
-                    {{"step", step}, {"bucket", b.index}});
+    trace_.record("step " + std::to_string(e.global_step), "step", e.compute_start_us,
+                  ts - e.compute_start_us, where);
+    auto buckets = timing.buckets;
+    std::sort(buckets.begin(), buckets.end(),
+              [](const auto& a, const auto& b) { return a.launch_ms < b.launch_ms; });
+    for (const auto& b : buckets) {
+      const double begin = e.compute_start_us + b.launch_ms * 1000;
+      const double dur = std::max(0.0, (b.done_ms - b.launch_ms) * 1000);
+      nlohmann::json args = where;
+      args["bucket"] = b.index;
+      trace_.record("all-reduce bucket " + std::to_string(b.index), "comm", begin, dur,
+                    std::move(args), comm_track(begin, begin + dur));
     }
   }
 
  private:
+  /// The tid of the first all-reduce track whose last span ended by `begin`.
+  int comm_track(double begin, double end) {
+    std::size_t lane = 0;
+    while (lane < lane_end_.size() && lane_end_[lane] > begin) ++lane;
+    if (lane == lane_end_.size()) {
+      lane_end_.push_back(0);
+      lane_tid_.push_back(trace_.track(lane == 0 ? std::string("all-reduce")
+                                                 : "all-reduce " + std::to_string(lane + 1)));
+    }
+    lane_end_[lane] = end;
+    return lane_tid_[lane];
+  }
+
   TraceRecorder& trace_;
+  std::vector<double> lane_end_;  // per all-reduce track: where its last span ended (us)
+  std::vector<int> lane_tid_;
 };
 
 class Console final : public FitObserver {
@@ -102,8 +141,12 @@ class JsonLog final : public FitObserver {
   void on_step(const StepEvent& e) override {
     if (!log_.enabled()) return;
     const dist::StepResult& r = *e.result;
-    nlohmann::json j = {
-        {"type", "step"}, {"step", e.global_step}, {"epoch", e.epoch}, {"loss", r.loss}};
+    // Note [Step numbering]; every duration is in ms (docs/metrics.md).
+    nlohmann::json j = {{"type", "step"},
+                        {"epoch", e.epoch + 1},
+                        {"step", e.global_step},
+                        {"step_in_epoch", e.step + 1},
+                        {"loss", r.loss}};
     for (auto [name, value] : MetricSums::of(e.epoch_metrics->kind, r).named()) j[name] = value;
     j["lr"] = e.lr;
     j["samples_per_s"] = per_second(static_cast<double>(r.count), e.step_seconds);
@@ -117,16 +160,18 @@ class JsonLog final : public FitObserver {
 
   void on_epoch(const EpochEvent& e) override {
     if (!log_.enabled()) return;
-    nlohmann::json j = {
-        {"type", "epoch"}, {"epoch", e.epoch}, {"step", e.global_step}, {"loss", e.train.loss()}};
+    nlohmann::json j = {{"type", "epoch"},
+                        {"epoch", e.epoch + 1},
+                        {"step", e.global_step},
+                        {"loss", e.train.loss()}};
     for (auto [name, value] : e.train.named()) j[name] = value;
     if (e.test) {
       j["test_loss"] = e.test->loss();
       for (auto [name, value] : e.test->named()) j[std::string("test_") + name] = value;
     }
-    j["seconds"] = e.seconds;
+    j["epoch_ms"] = e.seconds * 1000;
     j["samples_per_s"] = per_second(static_cast<double>(e.samples), e.seconds);
-    j["data_wait_s"] = e.data_wait_seconds;
+    j["data_wait_ms"] = e.data_wait_seconds * 1000;
     log_.write(j);
   }
 
@@ -141,7 +186,7 @@ class JsonLog final : public FitObserver {
       j["test_accuracy"] = s.test_accuracy;
     }
     if (s.evaluated) j["test_loss"] = s.test_loss;
-    j["wall_seconds"] = s.wall_seconds;
+    j["wall_ms"] = s.wall_seconds * 1000;
     j["samples_per_s"] = s.samples_per_second;
     j["steps"] = s.steps;
     j["final_step"] = s.final_step;
@@ -151,6 +196,41 @@ class JsonLog final : public FitObserver {
 
  private:
   MetricsLog& log_;
+};
+
+/// --tensorboard DIR on rank 0: the JSON log's main numbers as scalars, plotted against the
+/// global step (Note [Step numbering]); the names are listed in docs/metrics.md.
+class TensorBoardScalars final : public FitObserver {
+ public:
+  explicit TensorBoardScalars(const std::string& dir) : writer_(dir) {}
+
+  void on_step(const StepEvent& e) override {
+    const dist::StepResult& r = *e.result;
+    std::vector<std::pair<std::string, double>> v = {{"train/loss", r.loss}};
+    for (auto [name, value] : MetricSums::of(e.epoch_metrics->kind, r).named()) {
+      v.emplace_back(std::string("train/") + name, value);
+    }
+    v.emplace_back("train/lr", e.lr);
+    v.emplace_back("train/samples_per_s", per_second(static_cast<double>(r.count), e.step_seconds));
+    v.emplace_back("train/exposed_comm_ms", r.timing.exposed_comm_ms);
+    v.emplace_back("train/data_wait_ms", e.data_wait_seconds * 1000);
+    writer_.scalars(e.global_step, v);
+  }
+
+  void on_epoch(const EpochEvent& e) override {
+    std::vector<std::pair<std::string, double>> v = {{"epoch/loss", e.train.loss()}};
+    for (auto [name, value] : e.train.named()) v.emplace_back(std::string("epoch/") + name, value);
+    if (e.test) {
+      v.emplace_back("test/loss", e.test->loss());
+      for (auto [name, value] : e.test->named()) v.emplace_back(std::string("test/") + name, value);
+    }
+    v.emplace_back("epoch/samples_per_s", per_second(static_cast<double>(e.samples), e.seconds));
+    v.emplace_back("epoch/data_wait_ms", e.data_wait_seconds * 1000);
+    writer_.scalars(e.global_step, v);
+  }
+
+ private:
+  TensorBoardWriter writer_;
 };
 
 /// Saves every --checkpoint-every steps, at the end of each epoch and when --max-steps stops
@@ -176,6 +256,9 @@ std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl) {
   out.push_back(std::make_unique<TraceSteps>(impl.trace));
   out.push_back(std::make_unique<Console>(impl.progress, impl.config.epochs));
   out.push_back(std::make_unique<JsonLog>(impl.log));
+  if (impl.is_root() && !impl.config.tensorboard.empty()) {
+    out.push_back(std::make_unique<TensorBoardScalars>(impl.config.tensorboard));
+  }
   out.push_back(std::make_unique<Checkpoints>(impl));
   return out;
 }

@@ -18,7 +18,7 @@ grep -q -- "--batch-per-replica" "$work/help.txt" || fail "--help does not list 
 if "$bench" train --model lstm 2>"$work/bad.txt"; then fail "--model lstm was accepted"; fi
 grep -q "cnn or gru" "$work/bad.txt" || fail "bad --model message: $(cat "$work/bad.txt")"
 
-for model in cnn gru; do
+for model in cnn gru-rows; do
   "$bench" train --model "$model" --replicas 1,2 --steps 2 --warmup 1 --rounds 1 \
     --batch-per-replica 8 --json "$work/$model.json" >"$work/$model.txt"
   cat "$work/$model.txt"

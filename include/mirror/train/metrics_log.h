@@ -7,6 +7,13 @@
 
 namespace mirror::train {
 
+/// What opening a log does with a file already at its path.
+enum class LogMode {
+  kNew,        // refuse it (InvalidArgument): a finished run's log is not lost by mistake
+  kOverwrite,  // truncate it (--overwrite)
+  kAppend,     // add to it (--resume: the resumed run continues its log)
+};
+
 /// Appends one JSON object per line to a file (`--log-jsonl FILE`). Each line is flushed as it
 /// is written, so `tail -f` and a crash both see whole records. Nothing is added to the records
 /// (no wall-clock time), so two runs with the same seed write byte-identical logs; callers that
@@ -15,9 +22,12 @@ class MetricsLog {
  public:
   /// A disabled log: write() does nothing.
   MetricsLog() = default;
-  /// Opens `path` (truncating, or appending when `append`), creating parent directories.
-  /// Throws InvalidArgument naming the path and the system's reason when it cannot be opened.
-  explicit MetricsLog(const std::filesystem::path& path, bool append = false);
+  /// Opens `path` as `mode` says, creating parent directories. Throws InvalidArgument naming the
+  /// path and the system's reason when it cannot be opened (see check_mode for kNew).
+  explicit MetricsLog(const std::filesystem::path& path, LogMode mode = LogMode::kNew);
+  /// Throws InvalidArgument when `mode` is kNew and `path` exists, naming --overwrite and
+  /// --resume; call it before a long set-up so the refusal comes at once.
+  static void check_mode(const std::filesystem::path& path, LogMode mode);
   ~MetricsLog();
   MetricsLog(MetricsLog&& other) noexcept;
   MetricsLog& operator=(MetricsLog&& other) noexcept;

@@ -22,7 +22,7 @@ struct TraceEvent {
   double ts_us = 0;
   double dur_us = 0;
   int pid = 0;          // the rank
-  int tid = 0;          // the recording thread, numbered in the order first seen (0, 1, ...)
+  int tid = 0;          // the track: a recording thread or a named track (Note [Trace tracks])
   nlohmann::json args;  // null, or an object shown in the viewer
 };
 
@@ -51,6 +51,13 @@ class Span {
   nlohmann::json args_;
 };
 
+/// Note [Trace tracks]
+/// The viewer stacks the events of one (pid, tid) row by time and expects them to nest: an event
+/// that starts inside another must end inside it. Work that overlaps the compute of the same
+/// thread (each bucket's all-reduce runs while backward goes on) therefore goes on tracks of its
+/// own: track("all-reduce") gives a tid shared by no thread, named in the viewer. Threads and
+/// tracks are numbered in the order first seen (0, 1, ...), so the main thread is tid 0.
+
 /// Collects this rank's events. Thread-safe (the communication thread records too). A disabled
 /// recorder hands out inert spans, so call sites need no `if`.
 class TraceRecorder {
@@ -63,9 +70,11 @@ class TraceRecorder {
   Span span(std::string name, std::string cat = "mirror") {
     return enabled_ ? Span(this, std::move(name), std::move(cat)) : Span();
   }
-  /// Records a finished event directly (tid: the calling thread's number).
+  /// Records a finished event directly, on track `tid` (-1: the calling thread's number).
   void record(std::string name, std::string cat, double ts_us, double dur_us,
-              nlohmann::json args = nullptr);
+              nlohmann::json args = nullptr, int tid = -1);
+  /// The tid of the track called `name`, made on first use (Note [Trace tracks]).
+  int track(const std::string& name);
   /// Microseconds since the epoch (steady clock).
   double now_us() const;
   /// Moves the epoch to now. Call it right after a barrier on every rank so the ranks' rows
@@ -76,7 +85,8 @@ class TraceRecorder {
   /// Events not kept because max_events was reached.
   std::size_t dropped() const;
   void clear();
-  /// This rank's events as a JSON array string: what each rank sends to rank 0.
+  /// This rank's events as a JSON array string, with a "thread_name" entry per named track:
+  /// what each rank sends to rank 0.
   std::string serialise() const;
 
  private:
@@ -90,6 +100,8 @@ class TraceRecorder {
   std::vector<TraceEvent> events_;
   std::size_t dropped_ = 0;
   std::unordered_map<std::thread::id, int> threads_;
+  std::unordered_map<std::string, int> tracks_;
+  int next_tid_ = 0;
 };
 
 nlohmann::json to_json(const TraceEvent& event);
@@ -98,6 +110,10 @@ nlohmann::json to_json(const TraceEvent& event);
 /// {"traceEvents": [...], "displayTimeUnit": "ms"}, with a "process_name" entry naming each
 /// rank. Throws DataError naming the rank whose string is not a JSON array of events.
 nlohmann::json merge_traces(const std::vector<std::string>& per_rank);
+
+/// Pairs of "X" events on the same (pid, tid) that overlap without nesting (one starts inside
+/// the other and ends after it): the viewer draws them wrongly. A correct trace has none.
+std::size_t count_badly_nested(const nlohmann::json& trace);
 
 /// Writes a merged trace (open it in chrome://tracing or https://ui.perfetto.dev). Throws
 /// InvalidArgument naming the path when it cannot be written.

@@ -77,7 +77,9 @@ struct TrainConfig {
   bool allow_config_change = false;    // resume with another seed/optimizer/lr/global batch
   bool overwrite_checkpoints = false;  // a fresh run deletes the checkpoints in checkpoint_dir
   std::string log_jsonl;
+  bool overwrite = false;  // --log-jsonl may replace an existing file (docs/metrics.md)
   std::string trace;
+  std::string tensorboard;  // folder for TensorBoard event files (docs/metrics.md)
   bool progress = true;  // progress bar on rank 0 when stdout is a terminal
 
   /// True when the data comes from the user's files rather than the built-in sets.

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# mirror-train's telemetry from the command line: --log-jsonl refuses an existing file unless
+# --overwrite, and appends with --resume; a 2-rank traced run has no badly nested spans on any
+# (rank, track) row; the console, the log and the trace number epochs and steps alike.
+set -euo pipefail
+build="$1"
+train="$build/bin/mirror-train"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+common=(--model gru-rows --data synthetic --train-limit 128 --test-limit 32 --batch-size 32
+        --threads 1 --devices cpu --no-progress --seed 3 --epochs 2)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+echo "== an existing --log-jsonl file is refused, --overwrite replaces it, --resume appends"
+"$train" "${common[@]}" --log-jsonl "$work/log.jsonl" --checkpoint-dir "$work/ck" --max-steps 3 \
+  >"$work/a.out" 2>&1 || { cat "$work/a.out"; fail "first run"; }
+[ "$(grep -c '"type":"step"' "$work/log.jsonl")" = 3 ] || fail "3 step records expected"
+if "$train" "${common[@]}" --log-jsonl "$work/log.jsonl" >"$work/b.out" 2>&1; then
+  fail "an existing log was overwritten without --overwrite"
+fi
+grep -q -- "already exists; pass --overwrite" "$work/b.out" || { cat "$work/b.out"; fail "no clear refusal"; }
+[ "$(grep -c '"type":"step"' "$work/log.jsonl")" = 3 ] || fail "the refused log was changed"
+"$train" "${common[@]}" --log-jsonl "$work/log.jsonl" --resume "$work/ck" >"$work/c.out" 2>&1 ||
+  { cat "$work/c.out"; fail "resumed run"; }
+python3 - "$work/log.jsonl" <<'PY'
+import json, sys
+steps = [r["step"] for r in map(json.loads, open(sys.argv[1])) if r["type"] == "step"]
+assert steps == list(range(1, 9)), steps  # 3 steps, then the resumed run's 4..8 appended
+PY
+"$train" "${common[@]}" --log-jsonl "$work/log.jsonl" --overwrite >"$work/d.out" 2>&1 ||
+  { cat "$work/d.out"; fail "--overwrite run"; }
+[ "$(grep -c '"type":"step"' "$work/log.jsonl")" = 8 ] || fail "--overwrite did not replace the log"
+
+echo "== 2 ranks, traced: spans nest on every row; console, log and trace count alike"
+mpirun --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --bucket-mb 0.001 \
+  --first-bucket-mb 0.001 --log-jsonl "$work/log2.jsonl" --trace "$work/trace.json" \
+  >"$work/e.out" 2>&1 || { cat "$work/e.out"; fail "2-rank traced run"; }
+python3 - "$work/log2.jsonl" "$work/trace.json" "$work/e.out" <<'PY'
+import collections, json, re, sys
+log = [json.loads(l) for l in open(sys.argv[1])]
+events = json.load(open(sys.argv[2]))["traceEvents"]
+console = open(sys.argv[3]).read()
+rows = collections.defaultdict(list)
+for e in events:
+    if e.get("ph") == "X":
+        rows[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+bad = {}
+for row, spans in rows.items():
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    n = 0
+    for i, (b, end) in enumerate(spans):
+        for b2, e2 in spans[i + 1:]:
+            if b2 >= end - 1e-3: break
+            n += e2 > end + 1e-3
+    bad[row] = n
+print("badly nested pairs per (rank, track):", bad)
+assert all(n == 0 for n in bad.values()), bad
+assert {p for p, _ in rows} == {0, 1}
+assert any(t != 0 for _, t in rows), "all-reduce spans on tracks of their own"
+log_steps = {(r["epoch"], r["step"]) for r in log if r["type"] == "step"}
+trace_steps = {(e["args"]["epoch"], e["args"]["step"]) for e in events
+               if e.get("ph") == "X" and e["name"].startswith("step ") and e["pid"] == 0}
+assert log_steps == trace_steps, (sorted(log_steps), sorted(trace_steps))
+assert sorted(log_steps) == [(1 + (s - 1) // 4, s) for s in range(1, 9)], sorted(log_steps)
+epochs = [r["epoch"] for r in log if r["type"] == "epoch"]
+assert epochs == [int(m) for m in re.findall(r"^epoch (\d+)/2:", console, re.M)] == [1, 2], epochs
+PY
+echo "telemetry_cli: ok"
