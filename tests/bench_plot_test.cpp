@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "distributed/train_bench.h"
+#include "tools/train_bench.h"
 #include "mirror/error.h"
 #include "temp_dir.h"
 
