@@ -3,14 +3,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "distributed/runtime_internal.h"
 #include "mirror/distributed/device_selection.h"
@@ -169,10 +172,11 @@ std::string world_peers() {
   int error_class = code;
   MPI_Error_class(code, &error_class);
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
-  throw CommError("MPI call failed: " + std::string(expression) + ": " +
-                  (len ? std::string(text, len) : std::string("unknown MPI error")) +
-                  " (error class " + std::to_string(error_class) + ") [" +
-                  ::mirror::detail::where(where) + "]");
+  throw ::mirror::detail::located(
+      CommError("MPI call failed: " + std::string(expression) + ": " +
+                (len ? std::string(text, len) : std::string("unknown MPI error")) +
+                " (error class " + std::to_string(error_class) + ")"),
+      where);
 }
 
 }  // namespace detail
@@ -351,6 +355,40 @@ std::vector<std::string> Runtime::all_gather_string(const std::string& mine) {
   return out;
 }
 
+namespace {
+
+/// The part of a long `s` around character `pos` (where two values first differ), so the
+/// difference is never cut away.
+std::string excerpt_at(const std::string& s, std::size_t pos) {
+  if (s.size() <= 160) return s;
+  const std::size_t from = pos > 60 ? pos - 60 : 0;
+  const std::size_t to = std::min(s.size(), from + 120);
+  return (from > 0 ? "..." : "") + s.substr(from, to - from) + (to < s.size() ? "..." : "") + " (" +
+         std::to_string(s.size()) + " chars)";
+}
+
+/// When both values are JSON objects (configurations): "key 'lr' is 0.001 on rank 0 and 0.01
+/// on rank 2", naming the first differing key in key order; empty otherwise.
+std::string first_differing_key(const std::string& a, const std::string& b, std::size_t rank_b) {
+  const auto ja = nlohmann::json::parse(a, nullptr, false);
+  const auto jb = nlohmann::json::parse(b, nullptr, false);
+  if (!ja.is_object() || !jb.is_object()) return "";
+  std::set<std::string> keys;
+  for (const auto& [k, v] : ja.items()) keys.insert(k);
+  for (const auto& [k, v] : jb.items()) keys.insert(k);
+  auto text = [](const nlohmann::json& j, const std::string& k) {
+    return j.contains(k) ? shorten(j.at(k).dump()) : std::string("(absent)");
+  };
+  for (const auto& k : keys) {
+    if (ja.contains(k) && jb.contains(k) && ja.at(k) == jb.at(k)) continue;
+    return "key '" + k + "' is " + text(ja, k) + " on rank 0 and " + text(jb, k) + " on rank " +
+           std::to_string(rank_b);
+  }
+  return "";
+}
+
+}  // namespace
+
 void Runtime::check_same_across_ranks(const std::string& what, const std::string& value) {
   const auto hashes = all_gather_value<std::uint64_t>(fnv1a(value));
   bool same = true;
@@ -360,13 +398,16 @@ void Runtime::check_same_across_ranks(const std::string& what, const std::string
   std::size_t r = 1;
   while (r < values.size() && values[r] == values[0]) ++r;
   if (r == values.size()) return;  // hash differed only by collision of lengths; values agree
+  const std::string advice =
+      "; every rank must run the same program with the same flags, model and data";
+  if (const std::string key = first_differing_key(values[0], values[r], r); !key.empty())
+    throw CommError(what + " differs across ranks: " + key + advice);
   std::size_t pos = 0;
   while (pos < values[0].size() && pos < values[r].size() && values[0][pos] == values[r][pos])
     ++pos;
-  throw CommError(what + " differs across ranks: rank 0 has '" + shorten(values[0]) + "', rank " +
-                  std::to_string(r) + " has '" + shorten(values[r]) +
-                  "' (first difference at character " + std::to_string(pos) +
-                  "); every rank must run the same program with the same flags, model and data");
+  throw CommError(what + " differs across ranks: rank 0 has '" + excerpt_at(values[0], pos) +
+                  "', rank " + std::to_string(r) + " has '" + excerpt_at(values[r], pos) +
+                  "' (first difference at character " + std::to_string(pos) + ")" + advice);
 }
 
 // ------------------------------------------------------------------ devices, start-up line
@@ -482,7 +523,7 @@ int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
       runtime = std::make_unique<Runtime>(argc, argv);
     } catch (const std::exception& e) {
       watchdog.disarm();
-      return fatal(e.what());
+      return fatal(message_for(e));
     }
   }
   std::string failure;
@@ -490,7 +531,7 @@ int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
   try {
     code = body(*runtime);
   } catch (const std::exception& e) {
-    failure = e.what();
+    failure = message_for(e);
   } catch (...) {
     failure = "unknown exception";
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "distributed/strategy_replica.h"
+#include "mirror/distributed/preemption.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
 #include "mirror/ops.h"
@@ -339,6 +340,7 @@ StepResult MirroredStrategy::reduce_metrics(std::vector<Tensor>& metrics) {
   result.target_values = static_cast<std::int64_t>(m[3]);
   result.squared_error_sum = m[4];
   result.abs_error_sum = m[5];
+  result.stop_requested = m[6] > 0;  // some replica's rank was signalled: all stop here
   result.loss_sum = result.loss * static_cast<double>(result.count);
   result.buckets = world_replicas_ > 1 ? static_cast<int>(plan_.buckets.size()) : 0;
   result.overlapped_buckets = result.buckets;
@@ -362,8 +364,9 @@ std::shared_ptr<Work> MirroredStrategy::launch_metrics(Replica& r, Tensor& metri
   // Counts travel as doubles: exact up to 2^53, far beyond any step.
   metrics = Tensor::from_vector<double>(
                 {r.now->loss, static_cast<double>(r.now->correct), static_cast<double>(count),
-                 static_cast<double>(r.now->target_values), r.now->squared_error, r.now->abs_error},
-                {6})
+                 static_cast<double>(r.now->target_values), r.now->squared_error, r.now->abs_error,
+                 stop_requested() ? 1.0 : 0.0},  // Note [Preemption] (preemption.h)
+                {7})
                 .to(r.device);
   if (world_replicas_ == 1) return nullptr;
   return r.comm->all_reduce(metrics, metrics, ReduceOp::kSum,

@@ -5,9 +5,11 @@
 // Every rank runs the same command; rank 0 prints progress and the summary.
 #include <boost/program_options.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "mirror/distributed/preemption.h"
 #include "mirror/distributed/runtime.h"
 #include "mirror/error.h"
 #include "mirror/train/trainer.h"
@@ -61,7 +63,8 @@ po::options_description make_options() {
       "batch-per-replica", po::value<std::int64_t>(),
       "batch per replica (global = this x replicas)")("optimizer", po::value<std::string>(),
                                                       "sgd | adam | adamw (default adam)")(
-      "lr", po::value<double>(), "learning rate (default 0.001)")(
+      "lr", po::value<double>(), "learning rate (default 0.001)")("force-lr",
+                                                                  "accept an --lr above 10")(
       "lr-scale", po::value<std::string>(),
       "none | linear: multiply --lr by the number of replicas")(
       "schedule", po::value<std::string>(), "constant | warmup | cosine")(
@@ -101,7 +104,8 @@ po::options_description make_options() {
       "overwrite", "let --log-jsonl replace an existing file (--resume appends to it)")(
       "tensorboard", po::value<std::string>(), "write TensorBoard scalar summaries into DIR")(
       "trace", po::value<std::string>(), "write a Chrome trace (all ranks merged)")(
-      "no-progress", "no progress bar");
+      "no-progress", "no progress bar")(
+      "debug", "error messages end with the source location that raised them (or MIRROR_DEBUG=1)");
   return o;
 }
 
@@ -109,6 +113,9 @@ TrainConfig config_from(const po::variables_map& vm) {
   TrainConfig c;
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
+    std::error_code ec;
+    MIRROR_CHECK(!std::filesystem::is_directory(path, ec), mirror::InvalidArgument,
+                 "--config " + path + " is a directory; give a JSON file");
     std::ifstream in(path);
     MIRROR_CHECK(in.good(), mirror::InvalidArgument, "cannot read --config " + path);
     nlohmann::json j;
@@ -180,6 +187,11 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("trace", c.trace);
   set("tensorboard", c.tensorboard);
   if (vm.count("overwrite")) c.overwrite = true;
+  if (vm.count("batch-size")) mirror::train::check_batch_flag("batch-size", c.batch_size);
+  if (vm.count("batch-per-replica"))
+    mirror::train::check_batch_flag("batch-per-replica", c.batch_per_replica);
+  if (vm.count("weight-decay")) mirror::train::check_weight_decay_flag(c.weight_decay);
+  if (vm.count("force-lr")) c.force_lr = true;
   if (vm.count("require-gpu")) c.require_gpu = true;
   if (vm.count("allow-gpu-sharing")) c.allow_gpu_sharing = true;
   if (vm.count("no-progress")) c.progress = false;
@@ -209,6 +221,7 @@ int main(int argc, char** argv) {
   try {
     po::store(po::parse_command_line(argc, argv, options), vm);
     po::notify(vm);
+    if (vm.count("debug")) mirror::set_debug_messages(true);
     if (vm.count("help")) {
       std::cout << "mirror-train: mirrored data-parallel training of the built-in models or of "
                    "a model spec on your own data\n\n"
@@ -220,18 +233,21 @@ int main(int argc, char** argv) {
     }
     config = config_from(vm);
   } catch (const std::exception& e) {
-    std::cerr << "mirror-train: error: " << e.what() << " (see --help)\n";
+    std::cerr << "mirror-train: error: " << mirror::message_for(e) << " (see --help)\n";
     return 2;
   }
+  // Before MPI start-up too: a stop signal during start-up stops after the first step.
+  mirror::dist::install_stop_handlers();
   mirror::dist::RunOptions run_options;
   run_options.startup_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(config.startup_timeout_s * 1000));
   return mirror::dist::run_main(
       argc, argv,
       [&](mirror::dist::Runtime& runtime) {
+        // After MPI start-up, so these handlers are the ones in place (Note [Preemption]).
+        mirror::dist::install_stop_handlers();
         mirror::train::Trainer trainer(runtime, config);
-        trainer.fit();
-        return 0;
+        return trainer.fit().preempted ? mirror::dist::kExitPreempted : 0;
       },
       run_options);
 }

@@ -120,6 +120,12 @@ CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawMemory> raw
     }
     stats_.limit = policy_.limit_bytes;
   }
+  if (policy_.kind == MemoryPolicy::Kind::kGrowth && device_.is_cpu()) {
+    available_at_start_ = raw_->free_bytes();
+    growth_cap_ =
+        static_cast<std::size_t>(static_cast<double>(available_at_start_) * kCpuGrowthCapFraction);
+    stats_.limit = growth_cap_;
+  }
   if (policy_.kind == MemoryPolicy::Kind::kPreallocate) {
     std::size_t free = raw_->free_bytes();
     if (free == 0) {
@@ -177,8 +183,9 @@ void* CachingAllocator::allocate_locked(std::size_t rounded) {
     stats_.cached -= rounded;
     return p;
   }
-  const bool limited = policy_.kind == MemoryPolicy::Kind::kLimit;
-  auto over_limit = [&] { return limited && stats_.reserved + rounded > policy_.limit_bytes; };
+  const std::size_t cap =
+      policy_.kind == MemoryPolicy::Kind::kLimit ? policy_.limit_bytes : growth_cap_;
+  auto over_limit = [&] { return cap != 0 && stats_.reserved + rounded > cap; };
   // Under a limit (or when the backend fails below), cached blocks of other sizes are freed
   // first: fragmentation should never be the reason for an OutOfMemory.
   if (over_limit()) release_cached_locked();
@@ -256,7 +263,12 @@ void CachingAllocator::throw_oom(std::size_t requested) const {
   os << "out of memory on " << device_.str() << ": tried to allocate " << human_bytes(requested)
      << " with " << human_bytes(stats_.in_use) << " in use, "
      << human_bytes(arena_ ? arena_bytes_ - stats_.in_use : stats_.cached) << " cached";
-  if (stats_.limit)
+  if (growth_cap_)
+    os << ", cap " << human_bytes(growth_cap_) << " (growth on the host holds at most "
+       << static_cast<int>(kCpuGrowthCapFraction * 100) << "% of the "
+       << human_bytes(available_at_start_)
+       << " MemAvailable when it started; --memory limit=BYTES sets the cap)";
+  else if (stats_.limit)
     os << ", limit " << human_bytes(stats_.limit) << " (policy " << policy_.str() << ")";
   const std::size_t total = raw_->total_bytes();
   if (total) os << ", device total " << human_bytes(total);

@@ -92,6 +92,9 @@ TEST(DataWordList, InvalidUtf8IsDataErrorWithLine) {
 
 TEST(DataWordList, EmptyOrAllInvalidIsDataError) {
   expect_data_error([] { parse_word_list("", "empty", 24); }, {"empty", "no usable word"});
+  using namespace std::string_view_literals;
+  expect_data_error([] { parse_word_list("ok\nfine\nb\0d\n"sv, "nul-list", 24); },
+                    {"nul-list", "NUL byte", "line 3"});
   expect_data_error([] { parse_word_list("\n\r\n\n", "blank", 24); }, {"no usable word"});
   expect_data_error([] { parse_word_list("a b\nverylongword\n", "bad", 5); },
                     {"bad", "2 non-empty lines, 1 too long, 1 with whitespace"});

@@ -120,7 +120,8 @@ TEST(CachingAllocator, OutOfMemoryMessageNamesEverything) {
 }
 
 TEST(CachingAllocator, BackendExhaustionIsOutOfMemoryNotNull) {
-  CachingAllocator a(Device::cpu(7), std::make_unique<FakeMemory>(2 * kMiB), {});
+  // A GPU: growth there has no cap of its own (the CPU's is tested below).
+  CachingAllocator a(Device::cuda(7), std::make_unique<FakeMemory>(2 * kMiB), {});
   void* p = a.allocate(kMiB);
   EXPECT_THROW(a.allocate(2 * kMiB), OutOfMemory);
   a.deallocate(p);
@@ -128,6 +129,34 @@ TEST(CachingAllocator, BackendExhaustionIsOutOfMemoryNotNull) {
   void* q = a.allocate(2 * kMiB - 256);
   EXPECT_NE(q, nullptr);
   a.deallocate(q);
+}
+
+TEST(CachingAllocator, CpuGrowthIsCappedBelowAvailableMemory) {
+  // 100 MiB "available": the cap is kCpuGrowthCapFraction of it, and the message names it.
+  CachingAllocator a(Device::cpu(5), std::make_unique<FakeMemory>(100 * kMiB), {});
+  const auto cap = static_cast<std::size_t>(100 * kMiB * kCpuGrowthCapFraction);
+  EXPECT_EQ(a.stats().limit, cap);
+  void* p = a.allocate(cap / 2);
+  try {
+    a.allocate(cap / 2 + kMiB);
+    FAIL() << "expected OutOfMemory at the cap";
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cap "), std::string::npos) << m;
+    EXPECT_NE(m.find("100.00 MiB MemAvailable"), std::string::npos) << m;
+    EXPECT_NE(m.find("--memory limit=BYTES"), std::string::npos) << m;
+  }
+  a.deallocate(p);
+  // An explicit limit replaces the cap (up to the device's total).
+  CachingAllocator b(Device::cpu(5), std::make_unique<FakeMemory>(100 * kMiB),
+                     MemoryPolicy::parse("limit=99M"));
+  void* q = b.allocate(98 * kMiB);
+  EXPECT_NE(q, nullptr);
+  b.deallocate(q);
+}
+
+TEST(HostMemory, AvailableBytesAreKnownOnLinux) {
+  EXPECT_GT(host_available_bytes(), 0u);
 }
 
 TEST(CachingAllocator, LimitLargerThanDeviceIsRejected) {

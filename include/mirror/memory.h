@@ -14,7 +14,8 @@
 namespace mirror {
 
 /// How a device's allocator obtains memory.
-///  - growth: allocate on demand, cache freed blocks for reuse (default);
+///  - growth: allocate on demand, cache freed blocks for reuse (default); on the CPU at most
+///    kCpuGrowthCapFraction of the host's available memory (Note [CPU growth cap]);
 ///  - preallocate: reserve `fraction` of the device's free memory at first use, serve from it;
 ///  - limit: like growth, but never hold more than `limit_bytes`.
 struct MemoryPolicy {
@@ -29,12 +30,22 @@ struct MemoryPolicy {
   bool operator==(const MemoryPolicy&) const = default;
 };
 
+// Note [CPU growth cap]: malloc on Linux overcommits, so a host allocation never says no: a
+// runaway batch grows the process until the kernel's OOM killer ends it without a message. The
+// CPU allocator under `growth` therefore holds at most this fraction of MemAvailable (read when
+// the allocator is made) and throws OutOfMemory naming the cap beyond it; `--memory
+// limit=BYTES` replaces the cap.
+inline constexpr double kCpuGrowthCapFraction = 0.9;
+
+/// The host's available memory (MemAvailable in /proc/meminfo), 0 when unknown.
+std::size_t host_available_bytes();
+
 struct MemoryStats {
   std::size_t in_use = 0;            // bytes handed out and not yet freed
   std::size_t peak_in_use = 0;       // high-water mark of in_use
   std::size_t cached = 0;            // bytes held by the allocator but free for reuse
   std::size_t reserved = 0;          // in_use + cached: what the allocator holds from the backend
-  std::size_t limit = 0;             // 0 = none
+  std::size_t limit = 0;             // 0 = none (the CPU growth cap counts as a limit)
   std::uint64_t backend_allocs = 0;  // calls into RawMemory::allocate (cache misses)
   std::uint64_t requests = 0;        // calls to allocate()
 };
@@ -80,6 +91,8 @@ class CachingAllocator {
   Device device_;
   std::unique_ptr<RawMemory> raw_;
   MemoryPolicy policy_;
+  std::size_t growth_cap_ = 0;          // Note [CPU growth cap]; 0 = none
+  std::size_t available_at_start_ = 0;  // the MemAvailable the cap came from
   mutable std::mutex mutex_;
   std::multimap<std::size_t, void*> free_blocks_;  // size -> block
   std::map<void*, std::size_t> live_blocks_;       // block -> size

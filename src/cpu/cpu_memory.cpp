@@ -1,5 +1,5 @@
-// RawMemory for host memory: aligned malloc. The CPU has no fixed capacity, so free/total are
-// reported as unknown (0) and preallocate needs an explicit limit to be meaningful.
+// RawMemory for host memory: aligned malloc. Free and total come from /proc/meminfo
+// (MemAvailable, MemTotal); they bound the growth policy (Note [CPU growth cap], memory.h).
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -29,6 +29,8 @@ class CpuRawMemory final : public RawMemory {
 };
 
 }  // namespace
+
+std::size_t host_available_bytes() { return meminfo_field("MemAvailable:"); }
 
 std::unique_ptr<RawMemory> make_cpu_raw_memory() { return std::make_unique<CpuRawMemory>(); }
 

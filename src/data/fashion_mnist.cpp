@@ -34,6 +34,18 @@ const std::array<float, 256>& byte_to_unit() {
   return table;
 }
 
+/// The file's bytes; a file named .gz must be gzip (else it would be reported as a wrong IDX
+/// magic, which hides that the download or copy is broken).
+std::vector<std::uint8_t> read_idx_file(const std::string& path) {
+  std::vector<std::uint8_t> bytes = read_file_bytes(path, kPackageHint);
+  MIRROR_CHECK(is_gzip(bytes) || !path.ends_with(".gz"), DataError,
+               path +
+                   ": not gzip (it is named .gz but does not start with the gzip magic 1f 8b): "
+                   "the file is damaged or not Fashion-MNIST; reinstall it (" +
+                   std::string(kPackageHint) + ")");
+  return bytes;
+}
+
 }  // namespace
 
 std::shared_ptr<FashionMnist> FashionMnist::load(const std::string& dir, Split split,
@@ -41,8 +53,8 @@ std::shared_ptr<FashionMnist> FashionMnist::load(const std::string& dir, Split s
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string image_path = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string label_path = find_file(dir, prefix + "-labels-idx1-ubyte");
-  IdxArray images = parse_idx(read_file_bytes(image_path, kPackageHint), image_path);
-  IdxArray labels = parse_idx(read_file_bytes(label_path, kPackageHint), label_path);
+  IdxArray images = parse_idx(read_idx_file(image_path), image_path);
+  IdxArray labels = parse_idx(read_idx_file(label_path), label_path);
   MIRROR_CHECK(images.dims.size() == 3, DataError,
                image_path + ": expected a rank-3 IDX array [count, rows, cols], found rank " +
                    std::to_string(images.dims.size()) + "; is this the labels file?");

@@ -110,6 +110,16 @@ std::string encode_utf8(std::u32string_view text) {
 WordListParse parse_word_list(std::string_view bytes, const std::string& name, int max_len) {
   MIRROR_CHECK(max_len >= 1, InvalidArgument,
                "word max_len must be >= 1, got " + std::to_string(max_len));
+  // A NUL is valid UTF-8 but never text: a binary or UTF-16 file would otherwise be skipped
+  // line by line as "invalid words" and fail later, far from the cause.
+  if (const std::size_t nul = bytes.find('\0'); nul != std::string_view::npos) {
+    const auto line =
+        1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    throw DataError(name + ": contains a NUL byte at line " + std::to_string(line) + ", byte " +
+                    std::to_string(nul) +
+                    "; a word list is UTF-8 text, one word per line (is it binary or UTF-16? "
+                    "convert it with iconv, or leave this list out)");
+  }
   WordListParse out;
   std::size_t pos = bytes.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
   std::int64_t line_no = 0;

@@ -1,7 +1,9 @@
 // TrainConfig <-> JSON (the --config file) and its validation.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <set>
+#include <type_traits>
 
 #include "mirror/error.h"
 #include "mirror/train/tensorboard.h"
@@ -40,6 +42,17 @@ void validate_data_files(const TrainConfig& c) {
 
 }  // namespace
 
+void check_batch_flag(const char* flag, std::int64_t value) {
+  MIRROR_CHECK(value > 0, InvalidArgument,
+               "--" + std::string(flag) + " must be a positive number of samples, got " +
+                   std::to_string(value));
+}
+
+void check_weight_decay_flag(double value) {
+  MIRROR_CHECK(std::isfinite(value) && value >= 0, InvalidArgument,
+               "--weight-decay must be >= 0 (0 = none), got " + std::to_string(value));
+}
+
 bool TrainConfig::own_data() const {
   return !train_x.empty() || !train_csv.empty() || !train_tokens.empty();
 }
@@ -77,7 +90,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
-  X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress)
+  X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -110,6 +123,12 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& json) {
                               : json.contains(dashed) ? &json.at(dashed)
                                                       : nullptr;
     if (!v) return;
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // nlohmann would truncate 1.5 to 1 silently.
+      MIRROR_CHECK(!v->is_number_float(), InvalidArgument,
+                   "config key '" + std::string(name) + "' must be an integer, got " + v->dump());
+    }
     try {
       v->get_to(field);
     } catch (const nlohmann::json::exception&) {
@@ -120,6 +139,15 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& json) {
 #define MIRROR_FROM_JSON(field) get(#field, c.field);
   MIRROR_TRAIN_CONFIG_FIELDS(MIRROR_FROM_JSON)
 #undef MIRROR_FROM_JSON
+  auto given = [&](const char* name) {
+    std::string dashed = name;
+    for (char& ch : dashed) ch = ch == '_' ? '-' : ch;
+    return json.contains(name) || json.contains(dashed);
+  };
+  // 0 and -1 are "not given" inside TrainConfig; written out they are mistakes.
+  if (given("batch_size")) check_batch_flag("batch-size", c.batch_size);
+  if (given("batch_per_replica")) check_batch_flag("batch-per-replica", c.batch_per_replica);
+  if (given("weight_decay")) check_weight_decay_flag(c.weight_decay);
   return c;
 }
 
@@ -141,11 +169,16 @@ void TrainConfig::validate() const {
           "--data must be real or synthetic, got '" + data + "'");
   require(epochs >= 1, "--epochs must be >= 1, got " + std::to_string(epochs));
   require(max_steps >= 0, "--max-steps must be >= 0");
-  require(batch_size >= 0 && batch_per_replica >= 0,
-          "--batch-size and --batch-per-replica must be positive");
+  if (batch_size != 0) check_batch_flag("batch-size", batch_size);
+  if (batch_per_replica != 0) check_batch_flag("batch-per-replica", batch_per_replica);
+  if (weight_decay != -1) check_weight_decay_flag(weight_decay);
   require(!(batch_size > 0 && batch_per_replica > 0),
           "give --batch-size (global) or --batch-per-replica, not both");
-  require(lr > 0, "--lr must be positive, got " + std::to_string(lr));
+  require(std::isfinite(lr) && lr > 0,
+          "--lr must be a positive finite number, got " + std::to_string(lr));
+  require(lr <= 10 || force_lr,
+          "--lr " + std::to_string(lr) +
+              " is far above any usual learning rate (> 10: a typo?); pass --force-lr to use it");
   require(schedule == "constant" || schedule == "warmup" || schedule == "cosine",
           "--schedule must be constant, warmup or cosine, got '" + schedule + "'");
   require(warmup_steps >= 0, "--warmup-steps must be >= 0");

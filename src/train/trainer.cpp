@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "mirror/error.h"
+#include "mirror/memory.h"
 #include "mirror/optim/optimizer.h"
+#include "train/step_memory.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
@@ -142,6 +144,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
 
   make_strategy();
   check_model_output();
+  check_step_memory();  // before the loaders allocate batches
   make_loaders();
   const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
   schedule = optim::make_schedule(config.schedule, config.lr, config.warmup_steps,
@@ -193,6 +196,15 @@ void Trainer::Impl::make_strategy() {
   MIRROR_CHECK(global_batch % world_replicas == 0, InvalidArgument,
                "--batch-size " + std::to_string(global_batch) + " must be a multiple of the " +
                    std::to_string(world_replicas) + " replicas");
+  // Never pad a step with more empty samples than real ones: a batch larger than the data is
+  // a mistake (and, at 10^6 samples, a machine's worth of memory).
+  const std::int64_t samples = task.train->size();
+  MIRROR_CHECK(global_batch <= samples, InvalidArgument,
+               "the global batch (" + std::to_string(global_batch) +
+                   " samples) is larger than the training set (" + std::to_string(samples) +
+                   " samples): use --batch-size <= " + std::to_string(samples) +
+                   " (or --batch-per-replica <= " + std::to_string(samples / world_replicas) +
+                   " with " + std::to_string(world_replicas) + " replicas)");
   lr_scale = config.lr_scale_by_replicas ? world_replicas : 1.0;
 
   optim::OptimizerOptions opt;
@@ -217,6 +229,34 @@ void Trainer::Impl::check_model_output() {
                    (classes ? std::to_string(want) + " classes"
                             : "float targets " + shape_text(d.target_shape())) +
                    ": make the model's last layer " + std::to_string(want) + " wide");
+}
+
+void Trainer::Impl::check_step_memory() const {
+  const Device first = selection.devices.front();
+  const int local = strategy->local_replicas();
+  const std::int64_t per_replica = global_batch / strategy->world_replicas();
+  const std::int64_t micro = (per_replica + config.accumulation - 1) / config.accumulation;
+  const int slots = config.optimizer == "sgd" ? (config.momentum != 0 ? 1 : 0) : 2;
+  const StepMemory need =
+      estimate_step_memory(strategy->model(0), *task.train, micro, local, slots, first.is_cpu());
+  const MemoryPolicy& policy = selection.memory_policy;
+  if (first.is_cpu() && policy.kind == MemoryPolicy::Kind::kLimit) {
+    StepMemory one = need;  // the limit is per replica (each CPU replica has its allocator)
+    one.replicas = 1;
+    train::check_step_memory(one, policy.limit_bytes, "--memory " + policy.str() + " per replica");
+  }
+  // Every rank on this host runs the same step at the same time.
+  StepMemory host = need;
+  host.replicas = local * runtime.local_size();
+  const std::size_t available = host_available_bytes();
+  const auto budget =
+      static_cast<std::uint64_t>(static_cast<double>(available) * kCpuGrowthCapFraction);
+  char pct[16];
+  std::snprintf(pct, sizeof pct, "%d%%", static_cast<int>(kCpuGrowthCapFraction * 100));
+  train::check_step_memory(host, budget,
+                           std::string(pct) + " of this host's available memory (MemAvailable " +
+                               std::to_string(available >> 20) + " MiB, " +
+                               std::to_string(runtime.local_size()) + " rank(s) on it)");
 }
 
 void Trainer::Impl::make_loaders() {

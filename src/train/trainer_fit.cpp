@@ -3,6 +3,7 @@
 // log, trace, checkpoints) lives in the observers (trainer_observers.cpp), not here.
 #include <algorithm>
 
+#include "mirror/distributed/preemption.h"
 #include "mirror/error.h"
 #include "train/trainer_impl.h"
 
@@ -61,8 +62,15 @@ FitSummary Trainer::Impl::fit() {
       event.data_wait_seconds = wait;
       event.step_seconds = seconds_since(step_start);
       record_step(run, event);
-      stop = event.last = reached(global_step);
+      // Note [Preemption]: the flag came through the step's all-reduce, so every rank stops
+      // here; the checkpoint observer saves at the last step.
+      summary.preempted = event.result->stop_requested;
+      stop = event.last = summary.preempted || reached(global_step);
       for (auto& o : observers) o->on_step(event);
+    }
+    if (summary.preempted) {
+      report_preemption(global_step);
+      break;  // no evaluation of a partial epoch: the grace period is short
     }
     const EpochEvent done = end_epoch(run, global_step);
     samples += done.samples;
@@ -166,6 +174,17 @@ std::optional<MetricSums> Trainer::Impl::evaluate() {
     }
     total.add(strategy->evaluate_step(batches));
   }
+}
+
+void Trainer::Impl::report_preemption(std::int64_t global_step) {
+  if (!is_root()) return;
+  std::string where = "no --checkpoint-dir, so nothing was saved";
+  if (!config.checkpoint_dir.empty())
+    where = "checkpoint written to " + config.checkpoint_dir + "; resume with --resume " +
+            config.checkpoint_dir;
+  progress.message("[mirror] stop signal received: every rank stopped after step " +
+                   std::to_string(global_step) + "; " + where + " (exit code " +
+                   std::to_string(dist::kExitPreempted) + ")");
 }
 
 FitSummary Trainer::Impl::finish(const FitSummary& partial) {

@@ -184,6 +184,7 @@ struct Trainer::Impl {
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
   void check_model_output();
+  void check_step_memory() const;  // Note [Step memory] (step_memory.h)
   void make_strategy();
   void make_loaders();
   StartPoint restore();
@@ -208,6 +209,7 @@ struct Trainer::Impl {
   EpochEvent end_epoch(EpochRun& run, std::int64_t global_step);
   std::optional<MetricSums> evaluate();
   FitSummary finish(const FitSummary& partial);
+  void report_preemption(std::int64_t global_step);
 };
 
 }  // namespace mirror::train

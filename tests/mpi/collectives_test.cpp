@@ -98,6 +98,19 @@ TEST(Runtime, CheckSameAcrossRanks) {
     EXPECT_NE(msg.find("rank 1 has"), std::string::npos) << msg;
     EXPECT_NE(msg.find("first difference at character 4321"), std::string::npos) << msg;
     EXPECT_LT(msg.size(), 1000u) << "long values are shortened";
+    EXPECT_NE(msg.find("xy"), std::string::npos) << "the excerpt shows the difference: " << msg;
+  }
+  // Configurations (JSON objects): the first differing key, with both values.
+  const std::string config = rt().world_rank() == 1
+                                 ? R"({"a": 1, "lr": 0.01, "z": ")" + std::string(300, 'q') + "\"}"
+                                 : R"({"a": 1, "lr": 0.001, "z": ")" + std::string(300, 'q') + "\"}";
+  try {
+    rt().check_same_across_ranks("training configuration", config);
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("key 'lr' is 0.001 on rank 0 and 0.01 on rank 1"), std::string::npos)
+        << msg;
   }
 }
 
@@ -110,7 +123,8 @@ TEST(Runtime, MpiCheckThrowsCommErrorNamingTheCallAndMpisMessage) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("MPI_Comm_size(MPI_COMM_NULL, &n)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("invalid communicator"), std::string::npos) << msg;  // MPI's own words
-    EXPECT_NE(msg.find("collectives_test.cpp:"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("collectives_test.cpp:"), std::string::npos) << "location only in debug";
+    EXPECT_NE(e.where().find("collectives_test.cpp:"), std::string::npos) << e.where();
   }
 }
 

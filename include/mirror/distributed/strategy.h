@@ -101,6 +101,7 @@ struct StepResult {
                                    // sigmoid(y) - t)
   double abs_error_sum = 0;        // MAE numerator, same elements
   bool skipped = false;            // non-finite gradients: no update was applied anywhere
+  bool stop_requested = false;     // a stop signal reached some rank (Note [Preemption])
   int micro_batches = 1;           // largest micro-batch count used by a local replica
   int buckets = 0;                 // all-reduces of the step (0 with a single replica)
   int overlapped_buckets = 0;      // of those, launched while backward was still running (fewest

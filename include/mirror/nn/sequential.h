@@ -43,6 +43,8 @@ class Sequential {
   std::int64_t parameter_count();
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
+  /// Each layer's output shape per sample, in layer order (after build).
+  const std::vector<Shape>& layer_output_shapes() const { return output_shapes_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }

@@ -47,6 +47,7 @@ struct TrainConfig {
   std::int64_t batch_per_replica = 0;
   std::string optimizer = "adam";  // sgd | adam | adamw
   double lr = 1e-3;
+  bool force_lr = false;  // accept --lr above 10 (otherwise an error: almost always a typo)
   bool lr_scale_by_replicas = false;  // linear scaling rule: lr x world replicas
   std::string schedule = "constant";  // constant | warmup | cosine
   std::int64_t warmup_steps = 0;
@@ -94,6 +95,11 @@ struct TrainConfig {
   void validate() const;
 };
 
+/// Checks of explicitly given values whose TrainConfig defaults (0, -1) mean "not given":
+/// InvalidArgument for a batch <= 0 or a negative / non-finite weight decay.
+void check_batch_flag(const char* flag, std::int64_t value);
+void check_weight_decay_flag(double value);
+
 /// Metrics of the last epoch. Accuracy is per sample for softmax cross-entropy and per target
 /// element for binary cross-entropy; mse/mae are set for mean squared error (0 otherwise).
 struct FitSummary {
@@ -113,6 +119,9 @@ struct FitSummary {
   int world_replicas = 1;
   std::string devices;  // this rank's devices, e.g. "cpu:0"
   std::uint64_t weights_fingerprint = 0;
+  // Stopped early by SIGTERM/SIGINT/SIGUSR1 on some rank (Note [Preemption], preemption.h):
+  // every rank stopped after the same step and rank 0 checkpointed it (with --checkpoint-dir).
+  bool preempted = false;
 };
 
 /// What the generic fit loop trains: any model and any data. mirror-train's built-in models are

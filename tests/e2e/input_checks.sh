@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# mirror-train rejects bad input fast with a clear message (issue "Input validation"): batch 0 /
+# negative / larger than the data / too big for the host's memory, non-finite or absurd --lr,
+# negative weight decay, 1.5 epochs in a --config, --config DIR, a spec whose input shape
+# disagrees with the data (at set-up, before any step), a .gz file that is not gzip, a word list
+# with NUL bytes, ranks with different configurations (the first differing key, both values).
+# Messages carry no [file.cpp:123] unless --debug. Usage: input_checks.sh <build dir>.
+set -u
+build="$(cd "${1:?usage: input_checks.sh <build dir>}" && pwd)"
+train="$build/bin/mirror-train"
+if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+unset MIRROR_DEBUG
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+base=(--model gru-rows --data synthetic --train-limit 64 --test-limit 32 --epochs 1 --devices cpu
+      --threads 1 --no-progress)
+
+# expect NAME CODE PATTERN -- ARGS...: mirror-train ARGS exits with CODE (any non-zero: "nz")
+# within 60 s and prints PATTERN (grep -E); no source location unless --debug is among ARGS.
+expect() {
+  local name="$1" code="$2" pattern="$3"
+  shift 4
+  local start=$SECONDS rc
+  timeout -k 5 60 "$train" "$@" >"$name.out" 2>&1
+  rc=$?
+  if [ "$code" = nz ]; then
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { fail "$name: exit code $rc"; return; }
+  else
+    [ "$rc" -eq "$code" ] || { fail "$name: exit code $rc, expected $code"; tail -3 "$name.out"; return; }
+  fi
+  grep -qE -- "$pattern" "$name.out" || { fail "$name: no '$pattern' in: $(tail -3 "$name.out")"; return; }
+  if [[ " $* " != *" --debug "* ]] && grep -qE '\[[a-z_/]+\.(cpp|h):[0-9]+\]' "$name.out"; then
+    fail "$name: a source location in a user-facing message: $(grep -E '\.cpp:[0-9]' "$name.out")"
+    return
+  fi
+  echo "ok   $name (exit $rc in $((SECONDS - start)) s)"
+}
+
+expect batch-zero 2 'batch-size must be a positive number of samples, got 0' -- "${base[@]}" --batch-size 0
+expect batch-negative 2 'got -3' -- "${base[@]}" --batch-size -3
+expect per-replica-zero 2 'batch-per-replica must be a positive' -- "${base[@]}" --batch-per-replica 0
+expect lr-inf 2 'lr must be a positive finite number' -- "${base[@]}" --lr inf
+expect lr-nan 2 'lr must be a positive finite number' -- "${base[@]}" --lr nan
+expect lr-absurd 2 'force-lr' -- "${base[@]}" --lr 50
+expect weight-decay 2 'weight-decay must be >= 0' -- "${base[@]}" --weight-decay -0.01
+echo '{"epochs": 1.5}' >epochs.json
+expect config-fraction 2 "'epochs' must be an integer, got 1.5" -- "${base[@]}" --config epochs.json
+mkdir confdir
+expect config-dir 2 'confdir is a directory' -- "${base[@]}" --config confdir
+expect debug-location 2 'give a JSON file \[examples/mirror_train\.cpp:[0-9]+\]' -- "${base[@]}" --config confdir --debug
+
+# Runaway memory: a batch larger than the data, and a step larger than the memory allowed.
+expect batch-million 1 'global batch \(1000000 samples\) is larger than the training set \(2000 samples\)' -- \
+  --model gru-rows --data synthetic --train-limit 2000 --test-limit 32 --devices cpu --no-progress \
+  --batch-size 1000000
+expect step-memory 1 'needs at least .* of host memory, more than --memory limit=.* --accumulation' -- \
+  --model cnn --data synthetic --train-limit 4096 --test-limit 32 --devices cpu --no-progress \
+  --batch-size 4096 --memory limit=64M
+expect step-memory-fits 0 'weights fingerprint' -- "${base[@]}" --batch-size 32 --memory limit=64M
+
+# A spec whose input shape is not the data's: refused at set-up, before any step runs.
+python3 - <<'PY' || fail "python3 could not write the fixtures"
+import json, struct
+def npy(path, descr, shape, values):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d," % d for d in shape))
+    header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%d%s" % (len(values), descr[-2] == "f" and "f" or "q"), *values))
+npy("x.npy", "<f4", (40, 8), [0.5] * 320)
+npy("y.npy", "<i8", (40,), [i % 2 for i in range(40)])
+json.dump({"input_shape": [10], "layers": [{"type": "dense", "units": 2}]}, open("spec.json", "w"))
+PY
+expect spec-shape nz '10.*8|8.*10' -- --model-spec spec.json --train-x x.npy --train-y y.npy \
+  --devices cpu --no-progress --batch-size 8
+grep -q '^\[mirror\] model ' spec-shape.out && fail "spec-shape: the mismatch was found after set-up"
+
+# A Fashion-MNIST folder whose .gz files are not gzip.
+mkdir fm
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  echo "this is not gzip" >"fm/$f.gz"
+done
+expect not-gzip 1 'not gzip' -- --model cnn --data real --data-dir fm --devices cpu --no-progress
+grep -q 'IDX magic' not-gzip.out && fail "not-gzip: reported as a wrong IDX magic"
+
+# A word list with a NUL byte.
+mkdir dict
+printf 'apple\nbanana\ncherry\n' >dict/american-english
+printf 'apfel\nbir\0ne\nkirsche\n' >dict/ngerman
+expect word-nul 1 'ngerman: contains a NUL byte at line 2' -- --model gru-words --dict-dir dict \
+  --devices cpu --no-progress
+
+# Ranks given different configurations: the first differing key and both values.
+if command -v mpirun >/dev/null; then
+  cat >per_rank.sh <<EOS
+#!/usr/bin/env bash
+lr=0.001; [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && lr=0.002
+exec "$train" ${base[*]} --lr "\$lr"
+EOS
+  chmod +x per_rank.sh
+  timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 2 ./per_rank.sh >ranks.out 2>&1
+  rc=$?
+  [ "$rc" -ne 0 ] || fail "ranks with different --lr ran"
+  grep -q "training configuration differs across ranks: key 'lr' is 0.001 on rank 0 and 0.002 on rank 1" ranks.out &&
+    echo "ok   ranks-differ (exit $rc)" || fail "ranks-differ: $(grep -m2 differs ranks.out)"
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "input_checks: all cases passed"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Preemption (SIGTERM/SIGINT, as Slurm sends them): a signal to ONE rank of a 2-rank job makes
+# every rank stop after the same step; rank 0 checkpoints that step and the job exits with code
+# 5 ("preempted"); resuming from the checkpoint finishes with the uninterrupted run's weights
+# fingerprint. Also through launch/mirrorrun: SIGTERM to mirrorrun stops the job the same way.
+# Usage: preempt.sh <build dir>. Exit 77 = skipped.
+set -u
+build="$(cd "${1:?usage: preempt.sh <build dir>}" && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+train="$build/bin/mirror-train"
+run="$root/launch/mirrorrun"
+if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
+if ! command -v mpirun >/dev/null; then echo "skip: no mpirun"; exit 77; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+fingerprint() { grep -o 'weights fingerprint: [0-9a-f]*' "$1" | tail -1 | awk '{print $3}'; }
+mpirun_() { timeout -k 10 300 mpirun --oversubscribe --bind-to none -np 2 "$@"; }
+
+args=(--model gru-rows --data synthetic --train-limit 512 --test-limit 64 --batch-size 32
+      --epochs 6 --devices cpu --threads 1 --no-progress --seed 4)
+
+mpirun_ "$train" "${args[@]}" >plain.out 2>plain.err || fail "plain run exited $?"
+want=$(fingerprint plain.out)
+[ -n "$want" ] || fail "plain run printed no fingerprint"
+
+# signal_once NAME SIGNAL TARGET LAUNCH...: runs LAUNCH in the background, and once 8 steps are
+# logged sends SIGNAL to TARGET (rank1 | mirrorrun); leaves NAME.rc, NAME.out, NAME.err.
+signal_once() {
+  local name="$1" sig="$2" target="$3"
+  shift 3
+  ("$@" >"$name.out" 2>"$name.err"; echo $? >"$name.rc") &
+  local bg=$!
+  for _ in $(seq 1 1200); do
+    [ "$(cat "$name.jsonl" 2>/dev/null | wc -l)" -ge 8 ] && break
+    sleep 0.05
+  done
+  local victim
+  if [ "$target" = mirrorrun ]; then
+    victim=$(pgrep -o -f -- "--log-jsonl $name.jsonl")  # mirrorrun, or the mpirun it became
+  else
+    victim=$(pgrep -f "^$train .*--log-jsonl $name.jsonl" | tail -1)
+  fi
+  if [ -z "$victim" ]; then fail "$name: nothing to signal (did the run end early?)"; else kill -"$sig" "$victim"; fi
+  wait "$bg"
+}
+
+# 1. SIGTERM to one rank.
+signal_once term TERM rank1 mpirun_ "$train" "${args[@]}" --checkpoint-dir ck --log-jsonl term.jsonl
+rc=$(cat term.rc)
+[ "$rc" -eq 5 ] || fail "a SIGTERMed job exited $rc, not 5 (preempted)"
+stop=$(grep -o 'every rank stopped after step [0-9]*' term.out | awk '{print $NF}')
+[ -n "$stop" ] || fail "no 'every rank stopped after step N' line: $(tail -3 term.out term.err)"
+if [ -n "$stop" ]; then
+  [ "$stop" -lt 96 ] || fail "stopped at step $stop: the run was not interrupted"
+  ls ck | grep -q "ckpt-$(printf %012d "$stop").safetensors" || fail "no checkpoint at step $stop: $(ls ck)"
+fi
+mpirun_ "$train" "${args[@]}" --checkpoint-dir ck --resume ck >resume.out 2>resume.err ||
+  fail "resume exited $?: $(tail -3 resume.err)"
+got=$(fingerprint resume.out)
+[ "$got" = "$want" ] || fail "fingerprint after preemption + resume $got != uninterrupted $want"
+[ "$failures" -eq 0 ] && echo "ok   SIGTERM to one rank: exit 5 at step $stop, resumed fingerprint $got"
+
+# 2. SIGTERM to launch/mirrorrun (which runs mpirun): the same stop, exit code 5.
+signal_once viarun TERM mirrorrun "$run" -np 2 "$train" "${args[@]}" --checkpoint-dir ck2 \
+  --log-jsonl viarun.jsonl
+rc=$(cat viarun.rc)
+[ "$rc" -eq 5 ] || fail "SIGTERM to mirrorrun: exit $rc, not 5: $(tail -5 viarun.err)"
+grep -q 'every rank stopped after step' viarun.out || fail "mirrorrun: no stop line"
+ls ck2 | grep -q safetensors || fail "mirrorrun: no checkpoint"
+[ "$failures" -eq 0 ] && echo "ok   SIGTERM to mirrorrun: exit 5, checkpoint written"
+
+if [ "$failures" -ne 0 ]; then
+  for f in *.err; do echo "== $f"; tail -8 "$f"; done
+  exit 1
+fi
+echo "preempt: all cases passed"

@@ -1,0 +1,170 @@
+// Guards against bad input and runaway memory: error locations only in debug mode, TrainConfig
+// validation (batch, lr, weight decay, integer keys), the step host-memory estimate, and the
+// stop request flag.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <limits>
+
+#include "mirror/data/fashion_mnist.h"
+#include "mirror/distributed/preemption.h"
+#include "mirror/error.h"
+#include "mirror/train/trainer.h"
+#include "temp_dir.h"
+#include "train/step_memory.h"
+#include "train_task_testing.h"
+
+namespace mirror {
+namespace {
+
+std::string message_of_check() {
+  try {
+    MIRROR_CHECK(false, InvalidArgument, "the message");
+  } catch (const Error& e) {
+    return message_for(e);
+  }
+  return "";
+}
+
+TEST(ErrorLocation, KeptBesideTheMessageAndShownOnlyInDebugMode) {
+  try {
+    MIRROR_CHECK(1 + 1 == 3, DataError, "arithmetic is off");
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "arithmetic is off");
+    EXPECT_NE(e.where().find("guard_checks_test.cpp:"), std::string::npos) << e.where();
+  }
+  const bool before = debug_messages();
+  set_debug_messages(false);
+  EXPECT_EQ(message_of_check(), "the message");
+  set_debug_messages(true);
+  const std::string debug = message_of_check();
+  EXPECT_EQ(debug.rfind("the message [tests/guard_checks_test.cpp:", 0), 0u) << debug;
+  set_debug_messages(before);
+  // Plain exceptions and directly thrown errors print as what() in both modes.
+  EXPECT_EQ(message_for(std::runtime_error("plain")), "plain");
+}
+
+train::TrainConfig valid_config() {
+  train::TrainConfig c;
+  c.data = "synthetic";
+  return c;
+}
+
+void expect_invalid(const train::TrainConfig& c, const std::string& part) {
+  try {
+    c.validate();
+    FAIL() << "expected InvalidArgument naming '" << part << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainConfigValidation, BatchLrAndWeightDecay) {
+  EXPECT_NO_THROW(valid_config().validate());
+  auto c = valid_config();
+  c.batch_size = -5;
+  expect_invalid(c, "--batch-size must be a positive number of samples, got -5");
+  c = valid_config();
+  c.batch_per_replica = -1;
+  expect_invalid(c, "--batch-per-replica must be a positive");
+  for (double lr : {std::numeric_limits<double>::infinity(), std::nan(""), -0.1, 0.0}) {
+    c = valid_config();
+    c.lr = lr;
+    expect_invalid(c, "--lr must be a positive finite number");
+  }
+  c = valid_config();
+  c.lr = 50;
+  expect_invalid(c, "--force-lr");
+  c.force_lr = true;
+  EXPECT_NO_THROW(c.validate());
+  c = valid_config();
+  c.lr = 10;
+  EXPECT_NO_THROW(c.validate());
+  c = valid_config();
+  c.weight_decay = -0.5;
+  expect_invalid(c, "--weight-decay must be >= 0");
+  c.weight_decay = std::numeric_limits<double>::infinity();
+  expect_invalid(c, "--weight-decay must be >= 0");
+  EXPECT_THROW(train::check_batch_flag("batch-size", 0), InvalidArgument);
+  EXPECT_THROW(train::check_weight_decay_flag(-1), InvalidArgument);  // -1 given is not "default"
+}
+
+TEST(TrainConfigValidation, ConfigKeysThatMustBeIntegersOrPositive) {
+  auto expect_from_json_error = [](const char* text, const std::string& part) {
+    try {
+      train::TrainConfig::from_json(nlohmann::json::parse(text));
+      FAIL() << "expected InvalidArgument for " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_from_json_error(R"({"epochs": 1.5})", "'epochs' must be an integer, got 1.5");
+  expect_from_json_error(R"({"max-steps": 2.5})", "'max_steps' must be an integer, got 2.5");
+  expect_from_json_error(R"({"batch_size": 0})", "--batch-size must be a positive");
+  expect_from_json_error(R"({"weight_decay": -1})", "--weight-decay must be >= 0");
+  EXPECT_EQ(train::TrainConfig::from_json(nlohmann::json::parse(R"({"epochs": 3})")).epochs, 3);
+  EXPECT_DOUBLE_EQ(train::TrainConfig::from_json(nlohmann::json::parse(R"({"lr": 1})")).lr, 1.0);
+}
+
+TEST(StepMemory, AddsBatchActivationsAndOptimizerState) {
+  testing_util::Blobs data(100, 3, 1);  // 6 float features, class labels
+  nn::Sequential model = testing_util::blob_model(Device::cpu(), 1, 3, 8);  // 6 -> 8 -> 3
+  const auto m = train::estimate_step_memory(model, data, 10, 2, 2, true);
+  EXPECT_EQ(m.batch_bytes, 2u * 10 * (6 * 4 + 4 + 4 + 8));
+  EXPECT_EQ(m.activation_bytes, 10u * (6 * 4 + 2 * 8 * 4 + 2 * 3 * 4));
+  const std::uint64_t params = 6 * 8 + 8 + 8 * 3 + 3;
+  EXPECT_EQ(m.state_bytes, params * 4 * (2 + 2));
+  EXPECT_EQ(m.total(), 2 * (m.batch_bytes + m.activation_bytes + m.state_bytes));
+  // On a GPU only the staged batch is host memory.
+  const auto gpu = train::estimate_step_memory(model, data, 10, 1, 2, false);
+  EXPECT_EQ(gpu.total(), gpu.batch_bytes);
+}
+
+TEST(StepMemory, RefusesAStepAboveTheBudgetNamingBothAndWhatToChange) {
+  testing_util::Blobs data(100, 3, 1);
+  nn::Sequential model = testing_util::blob_model(Device::cpu(), 1, 3, 8);
+  // A million samples: about 0.3 GB, no allocation made by the estimate itself.
+  const auto m = train::estimate_step_memory(model, data, 1'000'000, 1, 2, true);
+  EXPECT_NO_THROW(train::check_step_memory(m, m.total(), "the budget"));
+  try {
+    train::check_step_memory(m, 64u << 20, "90% of MemAvailable 71 MiB");
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"needs at least", "1000000 samples", "90% of MemAvailable 71 MiB",
+                             "64.0 MiB", "--batch-size", "--batch-per-replica", "--accumulation"})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  }
+}
+
+TEST(DataFiles, FashionMnistFileNamedGzThatIsNotGzipSaysNotGzip) {
+  testing_util::TempDir dir("mirror-guard");
+  for (const char* name : {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    // An uncompressed IDX header: without the check it would parse as IDX or fail on its magic.
+    std::ofstream(dir.path() / name, std::ios::binary) << std::string("\0\0\x08\x03", 4) << "abc";
+  }
+  try {
+    data::FashionMnist::load(dir.path().string(), data::Split::kTest, data::Layout::kNCHW);
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("t10k-images-idx3-ubyte.gz: not gzip"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("IDX magic"), std::string::npos) << msg;
+  }
+}
+
+TEST(StopRequest, SetByTheSignalHandlerOnce) {
+  dist::clear_stop_request();
+  dist::install_stop_handlers();
+  EXPECT_FALSE(dist::stop_requested());
+  std::raise(SIGUSR1);  // a first signal only sets the flag
+  EXPECT_TRUE(dist::stop_requested());
+  dist::clear_stop_request();
+  EXPECT_FALSE(dist::stop_requested());
+}
+
+}  // namespace
+}  // namespace mirror
