@@ -318,7 +318,7 @@ else
 fi
 bench_common=(--devices gpu --replicas 1 --steps 30 --warmup 5 --rounds 2 --batch-per-replica 64 --threads 4)
 step bench-train-gpu-cnn gpu 150 mirror-bench train --model cnn "${bench_common[@]}" --json "$logs/bench-cnn.json"
-step bench-train-gpu-gru gpu 150 mirror-bench train --model gru "${bench_common[@]}" --json "$logs/bench-gru.json"
+step bench-train-gpu-gru gpu 150 mirror-bench train --model gru-rows "${bench_common[@]}" --json "$logs/bench-gru.json"
 san_args=(--tool memcheck --error-exitcode 9 --print-limit 50)
 small_train=(--devices gpu --require-gpu --data synthetic --train-limit 128 --test-limit 32 --batch-size 16 --max-steps 2 --no-progress)
 step memcheck-train-gru-rows "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model gru-rows "${small_train[@]}"

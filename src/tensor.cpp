@@ -8,21 +8,6 @@
 
 namespace mirror {
 
-std::string shape_str(const Shape& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) {
-    MIRROR_CHECK(d >= 0, InvalidArgument, "negative dimension in shape " + shape_str(shape));
-    n *= d;
-  }
-  return n;
-}
-
 Storage::Storage(Device device, std::size_t bytes)
     : device_(device), bytes_(bytes), data_(allocator_for(device).allocate(bytes)) {}
 

@@ -1,5 +1,5 @@
-// shape_str and shape_numel for the fuzz targets, which compile the data sources alone rather
-// than the whole library (src/tensor.cpp pulls in the allocators and backends).
+// Shape helpers, apart from src/tensor.cpp so that the fuzz targets can compile the data sources
+// alone (tensor.cpp pulls in the allocators and backends).
 #include <string>
 
 #include "mirror/error.h"
