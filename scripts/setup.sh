@@ -13,7 +13,7 @@ packages=(
   dataset-fashion-mnist
   wamerican wngerman wfrench wspanish witalian
 )
-optional=(gnuplot-nox clang libclang-rt-14-dev)
+optional=(gnuplot-nox clang libclang-rt-14-dev python3-venv)
 
 missing=()
 for p in "${packages[@]}" "${optional[@]}"; do

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Makes a Python environment for the interop tests (TensorBoard's event reader reading
+# --tensorboard files, the safetensors package reading our checkpoints) in DIR, from PyPI.
+# Best effort: when PyPI cannot be reached the environment is left out, those two tests report
+# Skipped with their reason, and the rest of the suite is unaffected. Prints DIR/bin on success.
+# usage: scripts/test_python.sh DIR
+set -uo pipefail
+dir="${1:?usage: scripts/test_python.sh DIR}"
+modules=(tensorboard safetensors numpy)
+check='import tensorboard, safetensors, numpy'
+
+if [ -x "$dir/bin/python3" ] && "$dir/bin/python3" -c "$check" 2>/dev/null; then
+  echo "$dir/bin"
+  exit 0
+fi
+rm -rf "$dir"
+# --system-site-packages: the venv's python3 stays a superset of the machine's for other tests.
+if python3 -m venv --system-site-packages "$dir" >&2 &&
+  timeout 300 "$dir/bin/pip" install -q --disable-pip-version-check "${modules[@]}" >&2 &&
+  "$dir/bin/python3" -c "$check"; then
+  echo "$dir/bin"
+  exit 0
+fi
+echo "test_python: could not install ${modules[*]}; their interop tests will be skipped" >&2
+rm -rf "$dir"
+exit 1
