@@ -398,8 +398,7 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
       }
     }
     t0 = Clock::now();
-    if (!r.now->skipped)
-      r.optimizer->step_groups(optimizer_groups(plan_, r.params, r.buffers), lr);
+    if (!r.now->skipped) r.optimizer->step_groups(optimizer_groups(plan_, r.params, r.buffers), lr);
     r.now->timing.optimizer_ms = detail::ms_since(t0);
     r.now->timing.total_ms = detail::ms_since(start);
   });

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "mirror/distributed/runtime.h"
 #include "tools/allreduce_sweep.h"
 #include "tools/train_bench.h"
-#include "mirror/distributed/runtime.h"
 
 namespace po = boost::program_options;
 using mirror::dist::Runtime;

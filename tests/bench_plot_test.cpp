@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "tools/train_bench.h"
 #include "mirror/error.h"
 #include "temp_dir.h"
+#include "tools/train_bench.h"
 
 namespace mirror::dist {
 namespace {

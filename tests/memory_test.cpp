@@ -155,9 +155,7 @@ TEST(CachingAllocator, CpuGrowthIsCappedBelowAvailableMemory) {
   b.deallocate(q);
 }
 
-TEST(HostMemory, AvailableBytesAreKnownOnLinux) {
-  EXPECT_GT(host_available_bytes(), 0u);
-}
+TEST(HostMemory, AvailableBytesAreKnownOnLinux) { EXPECT_GT(host_available_bytes(), 0u); }
 
 TEST(CachingAllocator, LimitLargerThanDeviceIsRejected) {
   try {

@@ -1,6 +1,6 @@
 // Every non-recurrent layer's backward and the loss against central finite differences in
-// float64 (docs/architecture.md invariant 1), plus exact checks where differences are undefined (max-pool
-// ties, the embedding padding row).
+// float64 (docs/architecture.md invariant 1), plus exact checks where differences are undefined
+// (max-pool ties, the embedding padding row).
 #include <gtest/gtest.h>
 
 #include "gradcheck.h"

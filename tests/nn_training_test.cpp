@@ -1,5 +1,6 @@
 // Each reference model drives its loss down on a small fixed synthetic set with Adam, and a
-// steady-state training step allocates nothing from the backend (docs/architecture.md, performance rules).
+// steady-state training step allocates nothing from the backend (docs/architecture.md, performance
+// rules).
 #include <gtest/gtest.h>
 
 #include <cstdio>

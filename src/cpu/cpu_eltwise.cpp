@@ -29,7 +29,8 @@ void activation_grad_loop(const T* y, const T* dy, T* dx, std::int64_t n) {
 }
 
 /// Partial sums over fixed 4096-element blocks, added in block order: the result is the same
-/// for every thread count (docs/architecture.md invariant 4), and double accumulation keeps it accurate.
+/// for every thread count (docs/architecture.md invariant 4), and double accumulation keeps it
+/// accurate.
 template <class T>
 double blocked_sum_squares(const T* a, std::int64_t n) {
   constexpr std::int64_t kBlock = 4096;

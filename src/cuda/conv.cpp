@@ -13,8 +13,8 @@
 //
 // Note [Algorithm choice]: the algorithm is chosen once per problem shape (cache in the
 // DeviceContext) from cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial runs, no memory),
-// taking the first candidate that succeeded, is DETERMINISTIC (docs/architecture.md invariant 4) and
-// uses FMA math (no TF32 rounding, so results track the CPU); if none qualifies, the always
+// taking the first candidate that succeeded, is DETERMINISTIC (docs/architecture.md invariant 4)
+// and uses FMA math (no TF32 rounding, so results track the CPU); if none qualifies, the always
 // available deterministic fallback (implicit GEMM / ALGO_1). The workspace comes from the
 // device allocator (a uint8 Tensor), so the steady state allocates nothing new.
 #include <cstdint>

@@ -2,9 +2,9 @@
 // cudnnRNNBackwardWeights_v8) with per-sample sequence lengths.
 //
 // Configuration: CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS (b_ih and b_hh, so the reset gate multiplies
-// U_n h + b_hn: docs/architecture.md invariant 5), CUDNN_LINEAR_INPUT, CUDNN_UNIDIRECTIONAL, one layer,
-// float32 data and math, CUDNN_FMA_MATH (no TF32), no dropout, CUDNN_RNN_PADDED_IO_ENABLED with
-// CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED: x is ops.h's [N, T, F] as it is, y is [N, T, H].
+// U_n h + b_hn: docs/architecture.md invariant 5), CUDNN_LINEAR_INPUT, CUDNN_UNIDIRECTIONAL, one
+// layer, float32 data and math, CUDNN_FMA_MATH (no TF32), no dropout, CUDNN_RNN_PADDED_IO_ENABLED
+// with CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED: x is ops.h's [N, T, F] as it is, y is [N, T, H].
 // hx = NULL (zero initial state); hy is the state after each sequence's last valid step.
 //
 // Note [GRU padding]: ops.h promises y = 0 at steps >= length. cuDNN fills padded output

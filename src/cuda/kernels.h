@@ -34,7 +34,8 @@ void fill(T* a, T value, std::int64_t n, cudaStream_t s);
 /// Element block size of sum_squares_partials (the CPU backend's block, for similar rounding).
 inline constexpr std::int64_t kSumSquaresBlock = 4096;
 /// partials[b] = sum of a[i]^2 (in double) over block b of kSumSquaresBlock elements, with a
-/// fixed reduction tree: the result does not depend on scheduling (docs/architecture.md invariant 4).
+/// fixed reduction tree: the result does not depend on scheduling (docs/architecture.md invariant
+/// 4).
 template <class T>
 void sum_squares_partials(const T* a, std::int64_t n, double* partials, cudaStream_t s);
 /// Sets *flag to 1 when an element is Inf or NaN (float, double; fp16/bf16 as bit patterns).

@@ -9,10 +9,10 @@
 #include <limits>
 #include <vector>
 
+#include "data/text_lines.h"
 #include "mirror/data/arrays.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
-#include "data/text_lines.h"
 
 namespace mirror::data {
 namespace {

@@ -7,9 +7,9 @@
 #include <climits>
 #include <vector>
 
+#include "data/text_lines.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
-#include "data/text_lines.h"
 
 namespace mirror::data {
 namespace {

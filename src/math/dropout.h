@@ -4,7 +4,8 @@
 // Note [Dropout by sample id]: the decision is a pure function of the sample's global id, not of
 // its position in the batch or of any RNG state, so a sample is masked identically whichever
 // replica (and batch slot) holds it, and CPU and GPU draw the same masks. This is what keeps R
-// replicas bit-for-bit equivalent to one replica with the whole batch (docs/architecture.md invariant 2).
+// replicas bit-for-bit equivalent to one replica with the whole batch (docs/architecture.md
+// invariant 2).
 #pragma once
 
 #include <stdint.h>  // NOLINT: fixed-width types usable in device code

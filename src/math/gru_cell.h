@@ -1,7 +1,8 @@
 // defines: the GRU cell's element-wise math (forward gates and their backward), written once for
 // the CPU loops and the CUDA kernels so the CPU tests check the arithmetic the GPU runs.
 //
-// Semantics are docs/architecture.md invariant 5 (PyTorch GRU, Keras reset_after=True), per hidden unit:
+// Semantics are docs/architecture.md invariant 5 (PyTorch GRU, Keras reset_after=True), per hidden
+// unit:
 //   r  = sigmoid(xr + hr)            xr = (W_r x + b_ir),  hr = (U_r h + b_hr)
 //   z  = sigmoid(xz + hz)            xz = (W_z x + b_iz),  hz = (U_z h + b_hz)
 //   n  = tanh(xn + r * hn)           xn = (W_n x + b_in),  hn = (U_n h + b_hn)

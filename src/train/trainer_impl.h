@@ -189,7 +189,7 @@ struct Trainer::Impl {
   void make_loaders();
   StartPoint restore();
   // restore's parts (train_resume.cpp)
-  void check_checkpoint_dir();                   // rank 0: Note [Foreign checkpoints]
+  void check_checkpoint_dir();                      // rank 0: Note [Foreign checkpoints]
   std::string find_checkpoint(std::string& found);  // rank 0: the bytes to broadcast, or ""
   std::vector<std::string> config_changes(const Metadata& m) const;
   StartPoint load_checkpoint(const SafetensorsFile& file, const std::string& found);

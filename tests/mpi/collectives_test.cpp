@@ -101,16 +101,15 @@ TEST(Runtime, CheckSameAcrossRanks) {
     EXPECT_NE(msg.find("xy"), std::string::npos) << "the excerpt shows the difference: " << msg;
   }
   // Configurations (JSON objects): the first differing key, with both values.
-  const std::string config = rt().world_rank() == 1
-                                 ? R"({"a": 1, "lr": 0.01, "z": ")" + std::string(300, 'q') + "\"}"
-                                 : R"({"a": 1, "lr": 0.001, "z": ")" + std::string(300, 'q') + "\"}";
+  const std::string config =
+      rt().world_rank() == 1 ? R"({"a": 1, "lr": 0.01, "z": ")" + std::string(300, 'q') + "\"}"
+                             : R"({"a": 1, "lr": 0.001, "z": ")" + std::string(300, 'q') + "\"}";
   try {
     rt().check_same_across_ranks("training configuration", config);
     FAIL() << "expected CommError";
   } catch (const CommError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("key 'lr' is 0.001 on rank 0 and 0.01 on rank 1"), std::string::npos)
-        << msg;
+    EXPECT_NE(msg.find("key 'lr' is 0.001 on rank 0 and 0.01 on rank 1"), std::string::npos) << msg;
   }
 }
 

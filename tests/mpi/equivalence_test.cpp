@@ -1,5 +1,5 @@
-// docs/architecture.md invariant 2 and 3 under mpiexec: R replicas with per-replica batch b give the
-// weights of one replica with batch R*b after K Adam steps (relative error <= 1e-5), across
+// docs/architecture.md invariant 2 and 3 under mpiexec: R replicas with per-replica batch b give
+// the weights of one replica with batch R*b after K Adam steps (relative error <= 1e-5), across
 // ranks, across in-process replicas and both; with tiny, default and huge buckets; with an uneven
 // last batch; for a CNN with dropout and a GRU over variable-length sequences; with gradient
 // accumulation. Every replica's weights are bitwise equal after every step.

@@ -1,7 +1,7 @@
-// MirroredStrategy failure paths across ranks (docs/architecture.md invariant 6): a rank that builds a
-// different model makes every rank throw CommError naming the rank and the tensor; NaN gradients
-// on one rank skip the step on every rank (or stop every rank); diverged weights are detected on
-// every rank; the out-of-memory split on one rank gives the weights of the unsplit run.
+// MirroredStrategy failure paths across ranks (docs/architecture.md invariant 6): a rank that
+// builds a different model makes every rank throw CommError naming the rank and the tensor; NaN
+// gradients on one rank skip the step on every rank (or stop every rank); diverged weights are
+// detected on every rank; the out-of-memory split on one rank gives the weights of the unsplit run.
 #include <gtest/gtest.h>
 
 #include <limits>

@@ -1,7 +1,7 @@
-// The generic Trainer path across ranks (docs/architecture.md invariant 2 through Trainer): a custom
-// Sequential and an in-memory Dataset, defined by the test, trained by Trainer(runtime, config,
-// task) on every rank (one replica each) end with the weights of one replica training on the
-// same global batches alone (relative error <= 1e-5), with an uneven, padded last batch.
+// The generic Trainer path across ranks (docs/architecture.md invariant 2 through Trainer): a
+// custom Sequential and an in-memory Dataset, defined by the test, trained by Trainer(runtime,
+// config, task) on every rank (one replica each) end with the weights of one replica training on
+// the same global batches alone (relative error <= 1e-5), with an uneven, padded last batch.
 #include <gtest/gtest.h>
 
 #include "mirror/data/loader.h"

@@ -81,7 +81,7 @@ struct TrainConfig {
   bool overwrite = false;  // --log-jsonl may replace an existing file (docs/metrics.md)
   std::string trace;
   std::string tensorboard;  // folder for TensorBoard event files (docs/metrics.md)
-  bool progress = true;  // progress bar on rank 0 when stdout is a terminal
+  bool progress = true;     // progress bar on rank 0 when stdout is a terminal
 
   /// True when the data comes from the user's files rather than the built-in sets.
   bool own_data() const;
