@@ -12,11 +12,11 @@
 #include "distributed/device_collectives.h"
 #include "distributed/runtime_internal.h"
 #include "math/convert.h"
-#include "mirror/distributed/device_selection.h"
 #include "mirror/distributed/mpi_communicator.h"
 #include "mirror/error.h"
 #include "mirror/gpu.h"
 #include "mirror/tensor.h"
+#include "tools/rank_gpu.h"
 
 namespace mirror::dist {
 
@@ -305,14 +305,7 @@ std::unique_ptr<Communicator> make_rank_nccl(Runtime& rt, const AllreduceSweepOp
                                                        : gpus.unavailable_reason) +
                       "; run mirror-doctor for details, or use --backend mpi");
   }
-  DeviceRequest request;
-  request.devices = "gpu";
-  request.require_gpu = true;
-  request.allow_sharing = o.allow_gpu_sharing;
-  const DeviceSelection selection = rt.setup_devices(request);
-  MIRROR_CHECK(selection.devices.size() == 1, InvalidArgument,
-               "allreduce sweep: expected one GPU per rank, got " + selection.devices_str());
-  device = selection.devices[0];
+  device = rank_gpu(rt, o.allow_gpu_sharing, "allreduce sweep");
   NcclBootstrap boot;
   boot.world_size = rt.world_size();
   boot.first_rank = rt.world_rank();

@@ -24,13 +24,13 @@
 
 #include "mirror/data/batch.h"
 #include "mirror/data/synthetic.h"
-#include "mirror/distributed/device_selection.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
 #include "mirror/gpu.h"
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
 #include "mirror/optim/optimizer.h"
+#include "tools/rank_gpu.h"
 
 extern char** environ;
 
@@ -147,14 +147,7 @@ namespace {
 /// mirror-train does, which throws Unavailable with the reason when there is none.
 Device bench_device(Runtime& rt, const TrainBenchOptions& o) {
   if (o.devices != "gpu") return Device::cpu(0);
-  DeviceRequest request;
-  request.devices = "gpu";
-  request.require_gpu = true;
-  request.allow_sharing = o.allow_gpu_sharing;
-  const DeviceSelection selection = rt.setup_devices(request);
-  MIRROR_CHECK(selection.devices.size() == 1, InvalidArgument,
-               "mirror-bench train: expected one GPU per rank, got " + selection.devices_str());
-  return selection.devices[0];
+  return rank_gpu(rt, o.allow_gpu_sharing, "mirror-bench train");
 }
 
 std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBenchOptions& o,
