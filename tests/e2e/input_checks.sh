@@ -5,17 +5,8 @@
 # disagrees with the data (at set-up, before any step), a .gz file that is not gzip, a word list
 # with NUL bytes, ranks with different configurations (the first differing key, both values).
 # Messages carry no [file.cpp:123] unless --debug. Usage: input_checks.sh <build dir>.
-set -u
-build="$(cd "${1:?usage: input_checks.sh <build dir>}" && pwd)"
-train="$build/bin/mirror-train"
-if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 unset MIRROR_DEBUG
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 base=(--model gru-rows --data synthetic --train-limit 64 --test-limit 32 --epochs 1 --devices cpu
       --threads 1 --no-progress)
 

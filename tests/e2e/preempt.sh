@@ -4,19 +4,8 @@
 # 5 ("preempted"); resuming from the checkpoint finishes with the uninterrupted run's weights
 # fingerprint. Also through launch/mirrorrun: SIGTERM to mirrorrun stops the job the same way.
 # Usage: preempt.sh <build dir>. Exit 77 = skipped.
-set -u
-build="$(cd "${1:?usage: preempt.sh <build dir>}" && pwd)"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-train="$build/bin/mirror-train"
-run="$root/launch/mirrorrun"
-if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
-if ! command -v mpirun >/dev/null; then echo "skip: no mpirun"; exit 77; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
+e2e_need_mpirun
 fingerprint() { grep -o 'weights fingerprint: [0-9a-f]*' "$1" | tail -1 | awk '{print $3}'; }
 mpirun_() { timeout -k 10 300 mpirun --oversubscribe --bind-to none -np 2 "$@"; }
 
@@ -65,7 +54,7 @@ got=$(fingerprint resume.out)
 [ "$failures" -eq 0 ] && echo "ok   SIGTERM to one rank: exit 5 at step $stop, resumed fingerprint $got"
 
 # 2. SIGTERM to launch/mirrorrun (which runs mpirun): the same stop, exit code 5.
-signal_once viarun TERM mirrorrun "$run" -np 2 "$train" "${args[@]}" --checkpoint-dir ck2 \
+signal_once viarun TERM mirrorrun "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir ck2 \
   --log-jsonl viarun.jsonl
 rc=$(cat viarun.rc)
 [ "$rc" -eq 5 ] || fail "SIGTERM to mirrorrun: exit $rc, not 5: $(tail -5 viarun.err)"

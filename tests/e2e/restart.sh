@@ -5,32 +5,21 @@
 # checkpoint (the restart starts fresh). Also: giving up after N restarts with the last cause,
 # and the flag's errors.
 # Usage: restart.sh <build dir>. Exit 77 = skipped.
-set -u
-build="$(cd "${1:?usage: restart.sh <build dir>}" && pwd)"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-train="$build/bin/mirror-train"
-run="$root/launch/mirrorrun"
-if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
-if ! command -v mpirun >/dev/null; then echo "skip: no mpirun"; exit 77; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
+e2e_need_mpirun
 export MIRRORRUN_BACKOFF_S=1
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 fingerprint() { grep -o 'weights fingerprint: [0-9a-f]*' "$1" | tail -1 | awk '{print $3}'; }
 
 args=(--model gru-rows --data synthetic --train-limit 512 --test-limit 64 --batch-size 32
       --epochs 3 --devices cpu --no-progress)
 
 # 1. The uninterrupted run.
-timeout -k 10 300 "$run" -np 2 "$train" "${args[@]}" >plain.out 2>plain.err || fail "plain run exited $?"
+timeout -k 10 300 "$mirrorrun" -np 2 "$train" "${args[@]}" >plain.out 2>plain.err || fail "plain run exited $?"
 want=$(fingerprint plain.out)
 [ -n "$want" ] || fail "plain run printed no fingerprint"
 
 # 2. The same run, rank 1 killed once a checkpoint exists; mirrorrun restarts it.
-(timeout -k 10 300 "$run" --max-restarts 2 -np 2 "$train" "${args[@]}" --checkpoint-dir ck \
+(timeout -k 10 300 "$mirrorrun" --max-restarts 2 -np 2 "$train" "${args[@]}" --checkpoint-dir ck \
    --checkpoint-every 4 >restart.out 2>restart.err; echo $? >restart.rc) &
 for _ in $(seq 1 600); do
   ls ck 2>/dev/null | grep -q safetensors && break
@@ -53,7 +42,7 @@ got=$(fingerprint restart.out)
 
 # 2b. A rank killed before the first checkpoint: the restart finds none and starts fresh
 #     (--resume-or-start; a plain --resume would fail on the empty folder).
-(timeout -k 10 300 "$run" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir early \
+(timeout -k 10 300 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir early \
    >early.out 2>early.err; echo $? >early.rc) &
 victim=""
 for _ in $(seq 1 600); do
@@ -69,7 +58,7 @@ grep -q "STARTING FRESH" early.out || fail "the restart after an early kill did 
 
 # 3. A job that fails every time (its --resume folder does not exist): N restarts, then it gives
 #    up with the last cause.
-timeout -k 10 120 "$run" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir ck2 \
+timeout -k 10 120 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir ck2 \
   --resume missing >giveup.out 2>giveup.err
 rc=$?
 [ "$rc" -ne 0 ] || fail "a failing job exited 0"
@@ -78,7 +67,7 @@ grep -q "giving up after 1 restart(s).*missing: no such folder" giveup.err ||
   fail "no 'giving up' line naming the cause: $(tail -3 giveup.err)"
 
 # 4. A rejected command line (exit code 2) is not restarted.
-timeout -k 10 120 "$run" --max-restarts 3 -np 2 "$train" "${args[@]}" --checkpoint-dir ck3 \
+timeout -k 10 120 "$mirrorrun" --max-restarts 3 -np 2 "$train" "${args[@]}" --checkpoint-dir ck3 \
   --epochs zero >usage.out 2>usage.err
 rc=$?
 [ "$rc" -eq 2 ] || fail "a bad flag gave exit code $rc, not 2"
@@ -86,9 +75,9 @@ grep -q "restart 1" usage.err && fail "a bad flag was restarted"
 grep -q "rejected its command line" usage.err || fail "no 'rejected' line: $(tail -3 usage.err)"
 
 # 5. mirrorrun's own flag errors.
-"$run" --max-restarts x -np 2 "$train" >/dev/null 2>flag.err && fail "--max-restarts x accepted"
+"$mirrorrun" --max-restarts x -np 2 "$train" >/dev/null 2>flag.err && fail "--max-restarts x accepted"
 grep -q "not a number" flag.err || fail "bad --max-restarts message: $(cat flag.err)"
-"$run" --max-restarts 1 -np 2 "$train" "${args[@]}" >/dev/null 2>flag2.err &&
+"$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" >/dev/null 2>flag2.err &&
   fail "--max-restarts without --checkpoint-dir accepted"
 grep -q "needs the program's --checkpoint-dir" flag2.err || fail "message: $(cat flag2.err)"
 

@@ -5,19 +5,10 @@
 # models through the generic fit loop too). cnn-stride2.json has stride-2 4x4 convolutions, so
 # TensorFlow's asymmetric 'same' padding runs here too.
 # Usage: spec_models.sh <build dir>. Exit 77 = skipped.
-set -u
-build="$(cd "${1:?usage: spec_models.sh <build dir>}" && pwd)"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-models="$here/../../examples/models"
-train="$build/bin/mirror-train"
-if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
+models="$root/examples/models"
 command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
-command -v mpirun >/dev/null || { echo "skip: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+e2e_need_mpirun
 
 # run_spec SPEC DATA-FLAGS...: 1 rank for 2 epochs (the loss must fall), then 2 ranks for the
 # first 2 steps, compared with the 1-rank checkpoint of step 2.
@@ -48,7 +39,7 @@ assert len(epochs) == 2, epochs
 print("loss %.4f -> %.4f" % (epochs[0]["loss"], epochs[1]["loss"]))
 assert epochs[1]["loss"] < epochs[0]["loss"]
 PY
-  python3 "$here/compare_checkpoints.py" "$work/$name-1/ckpt-000000000002.safetensors" \
+  python3 "$root/tests/e2e/compare_checkpoints.py" "$work/$name-1/ckpt-000000000002.safetensors" \
     "$work/$name-2" 1e-5 || fail "$name: 2-rank weights differ from 1-rank weights"
   [ "$failures" -ne "$before" ] || echo "ok   $name"
 }

@@ -3,14 +3,9 @@
 # rank's start-up watchdog (--startup-timeout) ends it with exit code 4 and a line naming the
 # stage, and mpirun takes the stopped rank down. Without the watchdog the job hangs forever.
 # Usage: startup_stall.sh <build dir>. Exit 77 = skipped.
-set -u
-build="$(cd "${1:?usage: startup_stall.sh <build dir>}" && pwd)"
-train="$build/bin/mirror-train"
-if [ ! -x "$train" ]; then echo "skip: $train is not built"; exit 77; fi
-if ! command -v mpirun >/dev/null; then echo "skip: no mpirun"; exit 77; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
+e2e_need_mpirun
+log="$work/job.log"
 
 start=$(date +%s)
 # Rank 1 stops itself before exec'ing the program; rank 0 waits for it inside MPI start-up.
