@@ -5,7 +5,8 @@
 # environment for Open MPI as root with one OpenMP thread. Exits 77 (skipped) when mirror-train
 # is not built; e2e_need_mpirun does the same without mpirun.
 set -u
-build="$(cd "${1:?usage: $(basename "$0") <build dir>}" && pwd)"
+[ $# -ge 1 ] && [ -d "$1" ] || { echo "usage: $(basename "$0") <build dir>" >&2; exit 2; }
+build="$(cd "$1" && pwd)"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 train="$build/bin/mirror-train"
 mirrorrun="$root/launch/mirrorrun"
