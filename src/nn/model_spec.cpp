@@ -233,6 +233,16 @@ void no_regularizers(Fields& f, const std::vector<std::string>& names) {
   }
 }
 
+/// The fields of a layer with one kernel and one bias (Conv2D, Dense) that Mirror takes only at
+/// their defaults: a bias, Glorot-uniform kernel, zero bias, no regularizers or constraints.
+void kernel_and_bias_defaults(Fields& f, const std::string& layer) {
+  f.require_bool("use_bias", true, "Mirror's " + layer + " always has a bias");
+  f.initializer("kernel_initializer", "GlorotUniform");
+  f.initializer("bias_initializer", "Zeros");
+  no_regularizers(f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                      "kernel_constraint", "bias_constraint", "lora_rank", "quantization_config"});
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- the parser
@@ -299,12 +309,7 @@ struct ModelSpecParser {
     if (f.integer("groups", "", 1, 1) != 1) f.fail("groups", "only 1 is supported");
     const std::string padding = padding_field(f);
     const std::string act = activation_field(f, "activation", "linear");
-    f.require_bool("use_bias", true, "Mirror's Conv2D always has a bias");
-    f.initializer("kernel_initializer", "GlorotUniform");
-    f.initializer("bias_initializer", "Zeros");
-    no_regularizers(
-        f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-            "bias_constraint", "lora_rank", "quantization_config"});
+    kernel_and_bias_defaults(f, "Conv2D");
     image_format(f, keras);
     f.finish({"batch_input_shape", "input_shape"});
     return {{{"type", "conv2d"},
@@ -336,12 +341,7 @@ struct ModelSpecParser {
   std::vector<json> dense(Fields& f, bool) {
     const auto units = f.integer("units", "", 0, 1);
     const std::string act = activation_field(f, "activation", "linear");
-    f.require_bool("use_bias", true, "Mirror's Dense always has a bias");
-    f.initializer("kernel_initializer", "GlorotUniform");
-    f.initializer("bias_initializer", "Zeros");
-    no_regularizers(
-        f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-            "bias_constraint", "lora_rank", "quantization_config"});
+    kernel_and_bias_defaults(f, "Dense");
     f.finish({"batch_input_shape", "input_shape"});
     json j = {{"type", "dense"}};
     if (units > 0) j["units"] = units;
