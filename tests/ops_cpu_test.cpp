@@ -17,15 +17,7 @@ namespace {
 using ops_test::values;
 using ::testing::HasSubstr;
 
-class OpsCpuTyped : public ::testing::TestWithParam<DType> {
- protected:
-  DType dt() const { return GetParam(); }
-  Tensor make(const std::vector<double>& v, const Shape& s) const {
-    Tensor t = Tensor::from_vector(v, s);
-    return dt() == DType::kFloat64 ? t : ops::cast(t, dt());
-  }
-  Tensor zeros(const Shape& s) const { return Tensor::zeros(s, dt()); }
-};
+class OpsCpuTyped : public ops_test::DTypeTest {};
 
 std::vector<double> iota(int n, double start = 1) {
   std::vector<double> v(static_cast<std::size_t>(n));

@@ -15,15 +15,7 @@ namespace {
 using ops_test::values;
 using ::testing::HasSubstr;
 
-class OpsLossTyped : public ::testing::TestWithParam<DType> {
- protected:
-  DType dt() const { return GetParam(); }
-  double tol() const { return dt() == DType::kFloat32 ? 2e-6 : 1e-14; }
-  Tensor make(const std::vector<double>& v, const Shape& s) const {
-    Tensor t = Tensor::from_vector(v, s);
-    return dt() == DType::kFloat64 ? t : ops::cast(t, dt());
-  }
-};
+class OpsLossTyped : public ops_test::DTypeTest {};
 
 Tensor labels(const std::vector<std::int32_t>& v) {
   return Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});

@@ -23,15 +23,7 @@ double bce(double x, double t) {
   return -(t * std::log(sigmoid(x)) + (1 - t) * std::log1p(-sigmoid(x)));
 }
 
-class OpsTargetLossTyped : public ::testing::TestWithParam<DType> {
- protected:
-  DType dt() const { return GetParam(); }
-  double tol() const { return dt() == DType::kFloat32 ? 2e-6 : 1e-14; }
-  Tensor make(const std::vector<double>& v, const Shape& s) const {
-    Tensor t = Tensor::from_vector(v, s);
-    return dt() == DType::kFloat64 ? t : ops::cast(t, dt());
-  }
-};
+class OpsTargetLossTyped : public ops_test::DTypeTest {};
 
 TEST_P(OpsTargetLossTyped, MeanSquaredErrorByHand) {
   // Two real rows (weights 1 and 0.5), one padding row; 5 real samples in the global batch.

@@ -1,5 +1,6 @@
 // defines: helpers for the ops_* tests: seeded random tensors in float32/float64, element-wise
-// comparison with an absolute + relative tolerance, and central finite differences.
+// comparison with an absolute + relative tolerance, central finite differences, and the fixture
+// of the per-dtype tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -69,6 +70,19 @@ inline void expect_close(const Tensor& got, const Tensor& want, double atol, dou
   ASSERT_EQ(got.shape(), want.shape()) << what;
   expect_close(values(got), values(want), atol, rtol, what);
 }
+
+/// Fixture of the tests run once per float dtype (the parameter): tensors made in that dtype
+/// from double values, and the tolerance that dtype's rounding allows.
+class DTypeTest : public ::testing::TestWithParam<DType> {
+ protected:
+  DType dt() const { return GetParam(); }
+  double tol() const { return dt() == DType::kFloat32 ? 2e-6 : 1e-14; }
+  Tensor make(const std::vector<double>& v, const Shape& s) const {
+    Tensor t = Tensor::from_vector(v, s);
+    return dt() == DType::kFloat64 ? t : ops::cast(t, dt());
+  }
+  Tensor zeros(const Shape& s) const { return Tensor::zeros(s, dt()); }
+};
 
 using testing::numeric_gradient;  // central differences, shared with the layer checks
 
