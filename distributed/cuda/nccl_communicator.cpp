@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "cuda/context.h"
 #include "distributed/collective_op.h"
+#include "distributed/comm_teardown.h"
 #include "distributed/cuda/nccl_collectives.h"
 #include "mirror/error.h"
 
@@ -60,6 +62,32 @@ std::string quoted(const char* op, const std::string& tag) {
   return std::string(op) + (tag.empty() ? "" : " '" + tag + "'");
 }
 
+/// The NCCL calls of a teardown (Note [Grouped teardown], distributed/comm_teardown.h).
+struct NcclTeardownOps {
+  using Comm = ncclComm_t;
+  static std::string text(ncclResult_t r) { return r == ncclSuccess ? "" : ncclGetErrorString(r); }
+  std::string group_start() { return text(ncclGroupStart()); }
+  std::string group_end() { return text(ncclGroupEnd()); }
+  std::string finalize(ncclComm_t c) { return text(ncclCommFinalize(c)); }
+  std::string destroy(ncclComm_t c) { return text(ncclCommDestroy(c)); }
+  std::string abort(ncclComm_t c) { return text(ncclCommAbort(c)); }
+};
+
+void abort_comms(const std::vector<ncclComm_t>& comms) noexcept {
+  NcclTeardownOps ops;
+  try {
+    const std::string errors = dist::detail::abort_together<NcclTeardownOps>(ops, comms);
+    if (!errors.empty()) std::fprintf(stderr, "mirror: aborting NCCL: %s\n", errors.c_str());
+  } catch (const std::exception& e) {  // std::bad_alloc from the message
+    std::fprintf(stderr, "mirror: aborting NCCL: %s\n", e.what());
+  }
+}
+
+std::string describe(const NcclState& s) {
+  return "cuda:" + std::to_string(s.device) + " (replica " + std::to_string(s.rank) + " of " +
+         std::to_string(s.size) + ")";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- NcclState
@@ -68,21 +96,80 @@ void NcclState::throw_if_failed() {
   if (failed) throw CommError(error);
 }
 
-void NcclState::abort_locked(const std::string& why) {
-  if (failed) return;
+ncclComm_t NcclState::fail_locked(const std::string& message) {
+  if (failed) return nullptr;
   failed = true;
-  error = "NCCL communicator on cuda:" + std::to_string(device) + " (replica " +
-          std::to_string(rank) + " of " + std::to_string(size) + ") aborted: " + why +
-          ". Another rank probably failed or stalled; check its log";
-  std::fprintf(stderr, "mirror: %s\n", error.c_str());
-  if (comm != nullptr) {
-    const ncclResult_t r = ncclCommAbort(comm);
-    if (r != ncclSuccess) {
-      std::fprintf(stderr, "mirror: ncclCommAbort failed: %s\n", ncclGetErrorString(r));
-    }
-    comm = nullptr;
-  }
+  error = message;
   outstanding.clear();
+  return std::exchange(comm, nullptr);
+}
+
+void NcclState::abort(const std::string& why) {
+  if (auto c = clique.lock()) return c->abort(index, why);
+  // The clique is gone: its teardown already released the comm; only the state is left.
+  std::lock_guard<std::mutex> lock(mutex);
+  (void)fail_locked("NCCL communicator on " + describe(*this) +
+                    " failed after it was destroyed: " + why);
+}
+
+// ---------------------------------------------------------------- NcclClique
+void NcclClique::abort(int origin, const std::string& why) {
+  std::lock_guard<std::mutex> clique_lock(mutex);
+  const NcclState& first = *members.at(static_cast<std::size_t>(origin));
+  const std::string cause = "NCCL communicator on " + describe(first) + " aborted: " + why +
+                            ". Another rank probably failed or stalled; check its log";
+  std::vector<ncclComm_t> comms;
+  for (auto& m : members) {
+    std::lock_guard<std::mutex> lock(m->mutex);
+    const std::string message = m->index == origin
+                                    ? cause
+                                    : "NCCL communicator on " + describe(*m) +
+                                          " aborted together with " + describe(first) +
+                                          " (created together, Note [NCCL clique]): " + why;
+    if (ncclComm_t c = m->fail_locked(message)) comms.push_back(c);
+  }
+  if (comms.empty()) return;  // already aborted
+  std::fprintf(stderr, "mirror: %s\n", cause.c_str());
+  abort_comms(comms);  // Note [Grouped teardown]: all of them in one group
+}
+
+NcclClique::~NcclClique() {
+  std::lock_guard<std::mutex> clique_lock(mutex);
+  // Pending collectives must finish before finalize; if they cannot within the timeout the
+  // peers are gone, and aborting is the only way not to hang here.
+  std::chrono::milliseconds limit{0};
+  for (auto& m : members) limit = std::max(limit, std::chrono::milliseconds(m->enqueue_limit_ms));
+  const auto deadline = Clock::now() + std::min(limit, kDrainLimit);
+  bool idle = false;
+  for (;;) {
+    idle = true;
+    for (auto& m : members) {
+      std::lock_guard<std::mutex> lock(m->mutex);
+      for (const auto& p : m->outstanding) idle = idle && done_quietly(*p.done);
+    }
+    if (idle || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<ncclComm_t> comms;
+  for (auto& m : members) {
+    std::lock_guard<std::mutex> lock(m->mutex);
+    // Drained: Works of completed collectives stay usable, so the state does not fail.
+    ncclComm_t c = idle ? std::exchange(m->comm, nullptr)
+                        : m->fail_locked("NCCL communicator on " + describe(*m) +
+                                         " aborted: collectives still pending when it was "
+                                         "destroyed");
+    if (c != nullptr) comms.push_back(c);
+  }
+  if (comms.empty()) return;  // aborted before
+  if (!idle) std::fprintf(stderr, "mirror: %s\n", members.front()->error.c_str());
+  NcclTeardownOps ops;
+  try {
+    const std::string errors = dist::detail::destroy_together<NcclTeardownOps>(ops, comms, idle);
+    if (!errors.empty())
+      std::fprintf(stderr, "mirror: tearing down NCCL communicators: %s\n", errors.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mirror: tearing down NCCL communicators: %s\n", e.what());
+  }
 }
 
 // ---------------------------------------------------------------- NcclWork
@@ -110,6 +197,16 @@ void NcclWork::record() {
   state_->outstanding.push_back({done_, Clock::now() + timeout_, what_});
 }
 
+void NcclWork::abandon(const std::string& why) {
+  state_->abort(why);
+  // Note [Failed group launch]: the abort ends the group's kernels; the event, recorded on the
+  // same stream after them, makes the destructor order the compute stream (and so the reuse
+  // of the tensors) after anything the group had already enqueued.
+  const cudaError_t status = cudaEventRecord(*done_, context(state_->device).comm());
+  recorded_ = status == cudaSuccess;
+  if (!recorded_) MIRROR_CUDA_WARN(status);
+}
+
 void NcclWork::wait() {
   state_->throw_if_failed();
   MIRROR_CHECK(recorded_, CommError,
@@ -133,17 +230,17 @@ void NcclWork::wait_host(std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
   while (!done()) {
     ncclResult_t async = ncclSuccess;
+    std::string why;
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
       if (state_->comm != nullptr) MIRROR_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &async));
-      if (async != ncclSuccess && async != ncclInProgress) {
-        state_->abort_locked(std::string("asynchronous error ") + ncclGetErrorString(async) +
-                             " during " + what_);
-      } else if (Clock::now() - start > timeout) {
-        state_->abort_locked(what_ + " did not complete within " + std::to_string(timeout.count()) +
-                             " ms");
-      }
     }
+    if (async != ncclSuccess && async != ncclInProgress) {
+      why = std::string("asynchronous error ") + ncclGetErrorString(async) + " during " + what_;
+    } else if (Clock::now() - start > timeout) {
+      why = what_ + " did not complete within " + std::to_string(timeout.count()) + " ms";
+    }
+    if (!why.empty()) state_->abort(why);  // the whole clique (Note [NCCL clique])
     state_->throw_if_failed();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -151,15 +248,11 @@ void NcclWork::wait_host(std::chrono::milliseconds timeout) {
 }
 
 // ---------------------------------------------------------------- NcclCommunicator
-NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, int rank, int size)
-    : state_(std::make_shared<NcclState>()) {
-  state_->comm = comm;
-  state_->device = device;
-  state_->rank = rank;
-  state_->size = size;
-  use_device(device);
+NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int index)
+    : clique_(std::move(clique)), state_(clique_->members.at(static_cast<std::size_t>(index))) {
+  use_device(state_->device);
   ready_ = make_event();
-  barrier_buf_ = Tensor::zeros({1}, DType::kFloat32, Device::cuda(device));
+  barrier_buf_ = Tensor::zeros({1}, DType::kFloat32, Device::cuda(state_->device));
   watchdog_ = std::thread([this] { watchdog(); });
 }
 
@@ -170,25 +263,9 @@ NcclCommunicator::~NcclCommunicator() {
   }
   stop_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  // Destroying flushes pending collectives; if they cannot finish within the timeout the
-  // peers are gone, and aborting is the only way not to hang here.
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  if (state_->comm == nullptr) return;
-  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(timeout(), kDrainLimit);
-  bool idle = false;
-  while (!idle && Clock::now() < deadline) {
-    idle = true;
-    for (const auto& p : state_->outstanding) idle = idle && done_quietly(*p.done);
-    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!idle) {
-    state_->abort_locked("collectives still pending when the communicator was destroyed");
-    return;
-  }
-  const ncclResult_t r = ncclCommDestroy(state_->comm);
-  if (r != ncclSuccess)
-    std::fprintf(stderr, "mirror: ncclCommDestroy: %s\n", ncclGetErrorString(r));
-  state_->comm = nullptr;
+  // The last communicator of the clique finalizes and destroys them all together
+  // (~NcclClique, Note [NCCL clique]); destroying one alone would hang in finalize.
+  clique_.reset();
 }
 
 template <class Call>
@@ -281,26 +358,30 @@ void NcclCommunicator::poll() {
   std::unique_lock<std::timed_mutex> enqueue(state_->enqueue, std::defer_lock);
   const bool quiet =
       enqueue.try_lock_for(std::chrono::milliseconds(state_->enqueue_limit_ms.load()));
+  const std::string why = overdue_or_failed(quiet);
+  // The clique takes every member's mutex, so it is called without ours (Note [NCCL clique]).
+  if (!why.empty()) state_->abort(why);
+}
+
+std::string NcclCommunicator::overdue_or_failed(bool quiet) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  if (state_->failed) return;
-  if (!quiet) return state_->abort_locked("an NCCL call blocked for longer than the timeout");
+  if (state_->failed || state_->comm == nullptr) return "";
+  if (!quiet) return "an NCCL call blocked for longer than the timeout";
   ncclResult_t async = ncclSuccess;
   if (ncclCommGetAsyncError(state_->comm, &async) == ncclSuccess && async != ncclSuccess &&
       async != ncclInProgress) {
     const std::string during =
         state_->outstanding.empty() ? "" : " during " + state_->outstanding.front().what;
-    return state_->abort_locked(std::string("asynchronous error: ") + ncclGetErrorString(async) +
-                                during);
+    return std::string("asynchronous error: ") + ncclGetErrorString(async) + during;
   }
   while (!state_->outstanding.empty() && done_quietly(*state_->outstanding.front().done)) {
     state_->outstanding.pop_front();
   }
   const auto now = Clock::now();
   for (const auto& p : state_->outstanding) {
-    if (now > p.deadline) {
-      return state_->abort_locked(p.what + " did not complete within the communicator's timeout");
-    }
+    if (now > p.deadline) return p.what + " did not complete within the communicator's timeout";
   }
+  return "";
 }
 
 }  // namespace mirror::cuda
@@ -322,6 +403,16 @@ void nccl_group_end() {
     cuda::group_pending.clear();
     if (r == ncclSuccess) {
       for (auto& w : pending) w->record();
+    } else {
+      // Note [Failed group launch]: when ncclGroupEnd fails, part of the group may already be
+      // enqueued, and those kernels would keep writing tensors that dropping the unrecorded
+      // Works gives back to the caching allocator. So each Work is abandoned instead: its
+      // clique is aborted (which ends the kernels) and its completion event is still recorded
+      // on the communication stream, so the compute stream waits for it before the memory can
+      // be reused; wait() then throws CommError naming the failed launch.
+      const std::string why = std::string("a collective group failed to launch (ncclGroupEnd: ") +
+                              ncclGetErrorString(r) + ")";
+      for (auto& w : pending) w->abandon(why);
     }
   }
   MIRROR_NCCL_CHECK(r);
@@ -359,17 +450,26 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
   }
   const ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess || end != ncclSuccess) {
-    for (ncclComm_t c : comms) {
-      if (c != nullptr) (void)ncclCommAbort(c);
-    }
+    cuda::abort_comms(comms);  // together, like every abort (Note [Grouped teardown])
     MIRROR_NCCL_CHECK(first_error);
     MIRROR_NCCL_CHECK(end);
   }
-  std::vector<std::unique_ptr<Communicator>> out;
+  auto clique = std::make_shared<cuda::NcclClique>();
   for (int i = 0; i < local; ++i) {
-    out.push_back(std::make_unique<cuda::NcclCommunicator>(comms[i], devices[i].index,
-                                                           boot.first_rank + i, boot.world_size));
+    auto state = std::make_shared<cuda::NcclState>();
+    state->comm = comms[i];
+    state->device = devices[i].index;
+    state->rank = boot.first_rank + i;
+    state->size = boot.world_size;
+    state->index = i;
+    state->clique = clique;
+    clique->members.push_back(std::move(state));
   }
+  // From here the clique owns the comms: if a constructor below throws, its destructor tears
+  // down every member together.
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int i = 0; i < local; ++i)
+    out.push_back(std::make_unique<cuda::NcclCommunicator>(clique, i));
   return out;
 }
 

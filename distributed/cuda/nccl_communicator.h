@@ -18,6 +18,13 @@
 // naming the operation and its tag, and marks the communicator failed: every later call and
 // every Work::wait()/done() then throws CommError with that message, which takes the rank
 // down (docs/architecture.md invariant 6).
+//
+// Note [NCCL clique]: the communicators one make_nccl_communicators call creates (one per local
+// GPU, driven by one host thread) form a clique, NcclClique. They are aborted together, in one
+// ncclGroupStart/End: a stalled collective aborted on one of them would otherwise hang its
+// siblings; and they are finalized and destroyed together when the last of them is destroyed,
+// since finalize is an intra-node collective that one thread can only make for all its ranks in
+// one group (Note [Grouped teardown], distributed/comm_teardown.h).
 #pragma once
 
 #include <atomic>
@@ -36,12 +43,16 @@
 
 namespace mirror::cuda {
 
+struct NcclClique;
+
 /// What a communicator and its Work objects share (a Work may outlive the communicator).
 struct NcclState {
-  ncclComm_t comm = nullptr;
+  ncclComm_t comm = nullptr;  // null once aborted or torn down
   int device = 0, rank = 0, size = 0;
-  std::timed_mutex enqueue;  // held while NCCL calls are made on `comm`
-  std::mutex mutex;          // guards everything below
+  int index = 0;                     // position in the clique
+  std::weak_ptr<NcclClique> clique;  // expires when its last communicator is destroyed
+  std::timed_mutex enqueue;          // held while NCCL calls are made on `comm`
+  std::mutex mutex;                  // guards everything below
   bool failed = false;
   std::string error;  // the CommError message once failed
   /// Upper bound on one enqueue (the latest timeout()); read by the watchdog.
@@ -55,8 +66,26 @@ struct NcclState {
 
   /// Throws CommError if the communicator failed.
   void throw_if_failed();
-  /// Aborts the communicator (idempotent); caller holds `mutex`.
-  void abort_locked(const std::string& why);
+  /// Aborts this communicator and its whole clique (idempotent). The caller must not hold
+  /// `mutex` (the clique takes it after its own, Note [NCCL clique]).
+  void abort(const std::string& why);
+  /// Marks the communicator failed with `message` and hands back its comm, now owned by the
+  /// caller (null if it had none or had already failed). Caller holds `mutex`.
+  ncclComm_t fail_locked(const std::string& message);
+};
+
+/// The communicators created together (Note [NCCL clique]).
+struct NcclClique {
+  std::mutex mutex;  // taken before any member's NcclState::mutex
+  std::vector<std::shared_ptr<NcclState>> members;
+
+  /// Aborts every member in one group; member `origin` reports `why`, the others name it.
+  /// Idempotent: members that already failed are skipped.
+  void abort(int origin, const std::string& why);
+  /// Runs when the last communicator of the clique is destroyed: waits (bounded) for pending
+  /// collectives, then finalizes and destroys every member together, or aborts them together
+  /// when some did not complete.
+  ~NcclClique();
 };
 
 class NcclWork final : public dist::Work {
@@ -70,6 +99,10 @@ class NcclWork final : public dist::Work {
   void wait_host(std::chrono::milliseconds timeout);
   /// Records the completion event on the communication stream (at launch, or at group end).
   void record();
+  /// The group holding this collective failed to launch (Note [Failed group launch]): aborts
+  /// the clique, then records the completion event anyway, so that releasing the tensors is
+  /// ordered after whatever part of the group was enqueued.
+  void abandon(const std::string& why);
 
  private:
   std::shared_ptr<NcclState> state_;
@@ -82,8 +115,8 @@ class NcclWork final : public dist::Work {
 
 class NcclCommunicator final : public dist::Communicator {
  public:
-  /// Takes ownership of an initialised ncclComm_t for cuda:`device`.
-  NcclCommunicator(ncclComm_t comm, int device, int rank, int size);
+  /// Drives member `index` of `clique` (whose NcclState holds an initialised ncclComm_t).
+  NcclCommunicator(std::shared_ptr<NcclClique> clique, int index);
   ~NcclCommunicator() override;
 
   int rank() const override { return state_->rank; }
@@ -104,7 +137,10 @@ class NcclCommunicator final : public dist::Communicator {
   void watchdog();
   /// One watchdog round: async errors, completed and overdue collectives.
   void poll();
+  /// Why this communicator must be aborted ("" if it need not); `quiet`: no enqueue is stuck.
+  std::string overdue_or_failed(bool quiet);
 
+  std::shared_ptr<NcclClique> clique_;  // the last communicator of a clique tears it down
   std::shared_ptr<NcclState> state_;
   Event ready_;  // recorded on the compute stream before each collective
   Tensor barrier_buf_;

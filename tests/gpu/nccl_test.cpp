@@ -180,6 +180,42 @@ TEST_F(Nccl, StalledCollectiveIsAbortedWithItsTag) {
   }
   EXPECT_TRUE(threw) << "the stalled collective was not aborted";
   EXPECT_THROW(comms_[0]->all_reduce(t, t, dist::ReduceOp::kSum), CommError);
+  // Note [NCCL clique]: the siblings were aborted in the same group, naming the first.
+  for (int i = 1; i < k(); ++i) {
+    Tensor u = Tensor::zeros({16}, DType::kFloat32, devices_[i]);
+    try {
+      comms_[i]->all_reduce(u, u, dist::ReduceOp::kSum);
+      ADD_FAILURE() << "replica " << i << " was not aborted with replica 0";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("aborted together with cuda:"), std::string::npos)
+          << e.what();
+    }
+  }
+  comms_.clear();  // the clique is already aborted: tearing it down must not hang
+}
+
+// Note [Grouped teardown]: the communicators of one thread are finalized in one group. Were
+// they destroyed one by one, the first ncclCommFinalize would wait for its siblings forever
+// (ctest's timeout reports that hang). A second clique made afterwards must work.
+TEST_F(Nccl, TeardownOfEveryCommunicatorTogetherReturnsAndAllowsANewClique) {
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Tensor> t;
+    for (int i = 0; i < k(); ++i) t.push_back(late_fill(i, 8, 1.0));
+    std::vector<std::shared_ptr<dist::Work>> work;
+    {
+      CollectiveGroup group;
+      for (int i = 0; i < k(); ++i)
+        work.push_back(comms_[i]->all_reduce(t[i], t[i], dist::ReduceOp::kSum));
+    }
+    for (auto& w : work) w->wait();
+    for (int i = 0; i < k(); ++i)
+      EXPECT_EQ(t[i].to_vector<float>(), std::vector<float>(8, static_cast<float>(k())));
+    while (!comms_.empty()) comms_.pop_back();  // the last one tears the clique down
+    for (auto& w : work) EXPECT_TRUE(w->done()) << "a drained Work stays usable";
+    NcclBootstrap boot;
+    boot.world_size = k();
+    comms_ = make_nccl_communicators(devices_, boot);
+  }
 }
 
 }  // namespace
