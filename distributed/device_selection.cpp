@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "mirror/error.h"
@@ -71,9 +73,61 @@ std::string fallback_warning(const GpuReport& gpus) {
                     "--devices cpu");
 }
 
+/// Note [Per-rank GPU binding] (device_selection.h): which physical GPU local ranks would share.
+struct Sharing {
+  bool known = false;      // false: `node` cannot tell (missing, or GPUs without identity)
+  std::string gpu;         // the first GPU driven by several local ranks; "" when none is
+  std::vector<int> ranks;  // the local ranks that would drive it
+};
+
+/// Rank r of the node drives the entries picks(r, GPUs r sees) of its view.
+Sharing find_sharing(const NodeGpuViews& node, int local_size,
+                     const std::function<std::vector<int>(int, int)>& picks) {
+  Sharing s;
+  if (static_cast<int>(node.size()) != local_size) return s;
+  std::map<std::string, std::vector<int>> users;
+  std::vector<std::string> order;
+  for (int r = 0; r < local_size; ++r) {
+    const auto& view = node[static_cast<std::size_t>(r)];
+    for (int i : picks(r, static_cast<int>(view.size()))) {
+      if (i < 0 || i >= static_cast<int>(view.size()) || view[i].empty()) return s;
+      auto& u = users[view[i]];
+      if (u.empty()) order.push_back(view[i]);
+      if (u.empty() || u.back() != r) u.push_back(r);
+    }
+  }
+  s.known = true;
+  for (const auto& id : order) {
+    if (users[id].size() > 1) {
+      s.gpu = id;
+      s.ranks = users[id];
+      break;
+    }
+  }
+  return s;
+}
+
+/// "; local ranks 0, 1 and 2 would all drive GPU-... (cuda:0 H100)" or why it is unknown.
+std::string sharing_detail(const Sharing& s, const NodeGpuViews& node, const GpuReport& gpus) {
+  if (!s.known) {
+    return node.empty() ? ""
+                        : "; the GPUs have no UUID or PCI bus id, so whether the local ranks "
+                          "see different GPUs cannot be told";
+  }
+  std::string ranks;
+  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
+    ranks += (i == 0 ? "" : i + 1 == s.ranks.size() ? " and " : ", ") + std::to_string(s.ranks[i]);
+  }
+  std::string name;
+  for (const auto& d : gpus.devices) {
+    if (gpu_identity(d) == s.gpu) name = " (cuda:" + std::to_string(d.index) + " " + d.name + ")";
+  }
+  return "; local ranks " + ranks + " would all drive GPU " + s.gpu + name;
+}
+
 // "auto" / "gpu": one GPU per local rank.
 DeviceSelection select_auto(const DeviceRequest& req, bool gpu_required, int local_rank,
-                            int local_size, const GpuReport& gpus) {
+                            int local_size, const GpuReport& gpus, const NodeGpuViews& node) {
   DeviceSelection sel;
   if (!gpus.usable()) {
     if (gpu_required)
@@ -86,21 +140,27 @@ DeviceSelection select_auto(const DeviceRequest& req, bool gpu_required, int loc
     return sel;
   }
   const int n = static_cast<int>(gpus.devices.size());
-  if (local_size > n && !req.allow_sharing) {
+  // Each rank takes its local rank modulo the GPUs it sees (its only GPU when it sees one).
+  const Sharing sharing = find_sharing(node, local_size, [](int rank, int seen) {
+    return seen > 0 ? std::vector<int>{rank % seen} : std::vector<int>{};
+  });
+  const bool shared = sharing.known ? !sharing.gpu.empty() : local_size > n;
+  if (shared && !req.allow_sharing) {
     throw Unavailable(std::to_string(local_size) +
                       " ranks run on this node but this process sees " + std::to_string(n) +
-                      " GPU(s) (" + gpu_list(gpus) + ")" + visible_note(gpus) + "; start at most " +
-                      std::to_string(n) + " ranks per node (mirrorrun -np " + std::to_string(n) +
-                      "), let ranks share GPUs with --allow-gpu-sharing, or use --devices cpu");
+                      " GPU(s) (" + gpu_list(gpus) + ")" + visible_note(gpus) +
+                      sharing_detail(sharing, node, gpus) + "; start at most " + std::to_string(n) +
+                      " ranks per node (mirrorrun -np " + std::to_string(n) +
+                      "), give each rank its own GPU (srun --gpus-per-task=1), let ranks share "
+                      "GPUs with --allow-gpu-sharing, or use --devices cpu");
   }
-  // Sharing (only when allowed) wraps around; otherwise GPU = local rank.
   sel.devices = {Device::cuda(gpus.devices[local_rank % n].index)};
   return sel;
 }
 
 // "gpu:0,cuda:1": an explicit list of GPUs, one replica each.
 DeviceSelection select_gpu_list(const DeviceRequest& req, const std::vector<std::string>& items,
-                                int local_size, const GpuReport& gpus) {
+                                int local_size, const GpuReport& gpus, const NodeGpuViews& node) {
   DeviceSelection sel;
   std::set<int> seen;
   for (const auto& item : items) {
@@ -125,10 +185,17 @@ DeviceSelection select_gpu_list(const DeviceRequest& req, const std::vector<std:
                      std::to_string(gpus.devices.size()) + " GPU(s): " + gpu_list(gpus) +
                      visible_note(gpus) + "; pick one of those or use --devices auto");
   }
-  if (local_size > 1 && !req.allow_sharing) {
+  // Every rank lists the same indices; they are different GPUs only where the ranks see
+  // different GPUs (Note [Per-rank GPU binding]).
+  std::vector<int> listed;
+  for (const Device& d : sel.devices) listed.push_back(d.index);
+  const Sharing sharing = find_sharing(node, local_size, [&](int, int) { return listed; });
+  const bool shared = sharing.known ? !sharing.gpu.empty() : local_size > 1;
+  if (shared && !req.allow_sharing) {
     throw Unavailable("--devices " + req.devices + " gives the same GPUs to each of the " +
-                      std::to_string(local_size) +
-                      " ranks on this node; use --devices auto "
+                      std::to_string(local_size) + " ranks on this node" +
+                      sharing_detail(sharing, node, gpus) +
+                      "; use --devices auto "
                       "(one GPU per rank), start one rank per node, or pass --allow-gpu-sharing");
   }
   return sel;
@@ -162,8 +229,12 @@ std::string DeviceSelection::devices_str() const {
   return s;
 }
 
+std::string gpu_identity(const GpuDevice& gpu) {
+  return !gpu.uuid.empty() ? gpu.uuid : gpu.pci_bus_id;
+}
+
 DeviceSelection select_devices(const DeviceRequest& request, int local_rank, int local_size,
-                               const GpuReport& gpus) {
+                               const GpuReport& gpus, const NodeGpuViews& node) {
   MIRROR_CHECK(local_size >= 1 && local_rank >= 0 && local_rank < local_size, InvalidArgument,
                "local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size) +
                    " is not a valid place on a node");
@@ -174,7 +245,7 @@ DeviceSelection select_devices(const DeviceRequest& request, int local_rank, int
   DeviceSelection sel;
   if (text == "auto" || text == "gpu" || text == "cuda") {
     const bool required = request.require_gpu || text != "auto";
-    sel = select_auto(request, required, local_rank, local_size, gpus);
+    sel = select_auto(request, required, local_rank, local_size, gpus, node);
   } else if (text == "cpu" || text.rfind("cpu:", 0) == 0) {
     sel = select_cpu(request, text);
   } else {
@@ -182,7 +253,7 @@ DeviceSelection select_devices(const DeviceRequest& request, int local_rank, int
     for (const auto& item : items)
       MIRROR_CHECK(!item.empty(), InvalidArgument,
                    "--devices '" + request.devices + "' has an empty list item");
-    sel = select_gpu_list(request, items, local_size, gpus);
+    sel = select_gpu_list(request, items, local_size, gpus, node);
   }
   sel.memory_policy = policy;
   return sel;

@@ -412,10 +412,39 @@ void Runtime::check_same_across_ranks(const std::string& what, const std::string
 
 // ------------------------------------------------------------------ devices, start-up line
 
+NodeGpuViews Runtime::gather_node_gpus(const GpuReport& gpus) {
+  // Note [Per-rank GPU binding] (device_selection.h): what every local rank sees, by identity.
+  std::string mine;
+  for (const GpuDevice& d : gpus.devices) mine += gpu_identity(d) + "\n";
+  const auto all = all_gather_string(mine);
+  MPI_Group local_group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  MIRROR_MPI_CHECK(MPI_Comm_group(impl_->local, &local_group));
+  MIRROR_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+  std::vector<int> local_ranks(static_cast<std::size_t>(local_size_)), world(local_ranks.size());
+  for (int r = 0; r < local_size_; ++r) local_ranks[static_cast<std::size_t>(r)] = r;
+  const int status = MPI_Group_translate_ranks(local_group, local_size_, local_ranks.data(),
+                                               world_group, world.data());
+  MPI_Group_free(&local_group);
+  MPI_Group_free(&world_group);
+  MIRROR_MPI_CHECK(status);
+  NodeGpuViews node;
+  for (int w : world) {
+    std::vector<std::string> ids;
+    const std::string& text = all.at(static_cast<std::size_t>(w));
+    for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
+         start = end + 1)
+      ids.push_back(text.substr(start, end - start));
+    node.push_back(std::move(ids));
+  }
+  return node;
+}
+
 DeviceSelection Runtime::setup_devices(const DeviceRequest& request) {
   check_same_across_ranks("--devices", request.devices);
   check_same_across_ranks("memory policy", request.memory_policy);
-  DeviceSelection selection = select_devices(request, local_rank_, local_size_, discover_gpus());
+  const GpuReport& gpus = discover_gpus();
+  DeviceSelection selection =
+      select_devices(request, local_rank_, local_size_, gpus, gather_node_gpus(gpus));
   if (!selection.warning.empty()) {
     std::string text;
     std::size_t start = 0;

@@ -195,6 +195,106 @@ TEST(DeviceSelection, MemoryPolicyIsParsedAndValidated) {
   EXPECT_THROW(select_devices(r, 0, 1, no_gpu()), InvalidArgument);
 }
 
+// ---- Note [Per-rank GPU binding]: ranks that each see their own GPU(s) ----
+
+/// One visible GPU (cuda:0 for its rank) with the given PCI bus id and UUID.
+GpuReport one_gpu(const std::string& pci, const std::string& uuid = "") {
+  GpuReport r = gpus(1);
+  r.devices[0].pci_bus_id = pci;
+  r.devices[0].uuid = uuid;
+  return r;
+}
+
+std::string pci(int i) { return "0000:" + std::to_string(10 + i) + ":00.0"; }
+
+TEST(DeviceSelection, IdentityIsTheUuidElseThePciBusId) {
+  GpuDevice d;
+  EXPECT_EQ(gpu_identity(d), "");
+  d.pci_bus_id = "0000:17:00.0";
+  EXPECT_EQ(gpu_identity(d), "0000:17:00.0");
+  d.uuid = "GPU-6a1e0c7d-0000-1111-2222-333344445555";
+  EXPECT_EQ(gpu_identity(d), "GPU-6a1e0c7d-0000-1111-2222-333344445555");
+}
+
+TEST(DeviceSelection, EightRanksEachSeeingTheirOwnGpuAreAccepted) {
+  NodeGpuViews node;  // srun --gpus-per-task=1: every rank sees one GPU, each a different one
+  for (int r = 0; r < 8; ++r) node.push_back({pci(r)});
+  for (const char* text : {"auto", "gpu", "gpu:0"}) {
+    for (int local = 0; local < 8; ++local) {
+      const auto sel = select_devices(req(text), local, 8, one_gpu(pci(local)), node);
+      EXPECT_EQ(sel.devices, cuda({0})) << text << " local rank " << local;
+      EXPECT_FALSE(sel.cpu_fallback);
+    }
+  }
+}
+
+TEST(DeviceSelection, EightRanksSharingOneGpuAreRefusedNamingIt) {
+  const std::string uuid = "GPU-6a1e0c7d-0000-1111-2222-333344445555";
+  const NodeGpuViews node(8, std::vector<std::string>{uuid});
+  for (const char* text : {"auto", "gpu:0"}) {
+    for (int local : {0, 5}) {
+      const auto msg = message_of<Unavailable>(
+          [&] { select_devices(req(text), local, 8, one_gpu(pci(0), uuid), node); });
+      EXPECT_NE(msg.find("local ranks 0, 1, 2, 3, 4, 5, 6 and 7 would all drive GPU " + uuid +
+                         " (cuda:0 Fake GPU 0)"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("8 ranks"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("--allow-gpu-sharing"), std::string::npos) << msg;
+    }
+  }
+  DeviceRequest shared = req("auto");
+  shared.allow_sharing = true;
+  EXPECT_EQ(select_devices(shared, 3, 8, one_gpu(pci(0), uuid), node).devices, cuda({0}));
+}
+
+TEST(DeviceSelection, SomeRanksSharingIsStillSharing) {
+  NodeGpuViews node;  // four GPUs, two ranks each (a per-rank wrapper with a wrong mapping)
+  for (int r = 0; r < 8; ++r) node.push_back({pci(r / 2)});
+  const auto msg =
+      message_of<Unavailable>([&] { select_devices(req("auto"), 2, 8, one_gpu(pci(1)), node); });
+  EXPECT_NE(msg.find("local ranks 0 and 1 would all drive GPU " + pci(0)), std::string::npos)
+      << msg;
+}
+
+TEST(DeviceSelection, UuidsTellApartGpusThatShareABusId) {
+  NodeGpuViews node;  // MIG slices: one PCI device, a UUID each
+  for (int r = 0; r < 4; ++r) node.push_back({"MIG-slice-" + std::to_string(r)});
+  const auto sel = select_devices(req("auto"), 2, 4, one_gpu("0000:17:00.0", "MIG-slice-2"), node);
+  EXPECT_EQ(sel.devices, cuda({0}));
+}
+
+TEST(DeviceSelection, RanksSeeingAPairOfGpusEachTakeTheirLocalRankModuloTwo) {
+  NodeGpuViews node;
+  for (int r = 0; r < 4; ++r) node.push_back({pci(2 * (r / 2)), pci(2 * (r / 2) + 1)});
+  for (int local = 0; local < 4; ++local) {
+    GpuReport r = gpus(2);
+    r.devices[0].pci_bus_id = node[local][0];
+    r.devices[1].pci_bus_id = node[local][1];
+    EXPECT_EQ(select_devices(req("auto"), local, 4, r, node).devices, cuda({local % 2}));
+  }
+}
+
+TEST(DeviceSelection, RanksThatSeeTheSameGpusInAnotherOrderCanCollide) {
+  // Enough GPUs for every rank, but rank 1's second GPU is rank 0's first.
+  const NodeGpuViews node{{pci(0), pci(1)}, {pci(1), pci(0)}};
+  GpuReport r = gpus(2);
+  r.devices[0].pci_bus_id = pci(1);
+  r.devices[1].pci_bus_id = pci(0);
+  const auto msg = message_of<Unavailable>([&] { select_devices(req("auto"), 1, 2, r, node); });
+  EXPECT_NE(msg.find("local ranks 0 and 1 would all drive GPU " + pci(0) + " (cuda:1 Fake GPU 1)"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(DeviceSelection, GpusWithoutIdentityCannotBeToldApart) {
+  const NodeGpuViews node(2, std::vector<std::string>{""});
+  const auto msg =
+      message_of<Unavailable>([&] { select_devices(req("auto"), 0, 2, gpus(1), node); });
+  EXPECT_NE(msg.find("cannot be told"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--allow-gpu-sharing"), std::string::npos) << msg;
+}
+
 TEST(DeviceSelection, BadLocalRankIsRejected) {
   EXPECT_THROW(select_devices(req("auto"), 2, 2, gpus(2)), InvalidArgument);
   EXPECT_THROW(select_devices(req("auto"), 0, 0, gpus(2)), InvalidArgument);

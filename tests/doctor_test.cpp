@@ -173,6 +173,22 @@ TEST(Doctor, MoreRanksThanGpusIsAnError) {
   EXPECT_TRUE(contains(shared.nodes[0].notes.back(), "3 ranks share 2 GPU(s)"));
 }
 
+// Note [Per-rank GPU binding]: srun --gpus-per-task=1 shows each rank its own single GPU.
+TEST(Doctor, EachRankSeeingItsOwnGpuTrainsOnAll) {
+  std::vector<RankReport> reports = job({{"node-a", gpus(1)}}, 8);
+  for (auto& r : reports)
+    r.gpu.devices[0].pci_bus_id = "0000:1" + std::to_string(r.local_rank) + ":00.0";
+  const Diagnosis d = diagnose(reports);
+  EXPECT_TRUE(d.gpu) << d.verdict;
+  EXPECT_EQ(d.verdict, std::string("will train on 8 × ") + kH100);
+  EXPECT_EQ(d.nodes.at(0).gpus_used, 8);
+  EXPECT_TRUE(d.nodes.at(0).notes.empty());
+  // The same 8 ranks all seeing one and the same GPU is genuine sharing: an error naming it.
+  const Diagnosis shared = one_node(gpus(1), 8);
+  EXPECT_FALSE(shared.gpu);
+  EXPECT_TRUE(contains(shared.verdict, "would all drive GPU 0000:00:00.0")) << shared.verdict;
+}
+
 TEST(Doctor, CpuOnPurpose) {
   dist::DeviceRequest cpu;
   cpu.devices = "cpu";

@@ -106,10 +106,19 @@ NodeVerdict judge_node(const std::string& host, const std::vector<const RankRepo
   std::set<std::string> seen_gpus;
   bool any_gpu = false, all_cpu_chosen = true;
   for (const RankReport* r : ranks) v.ranks.push_back(r->world_rank);
+  // What each local rank sees, as Runtime::setup_devices gathers it (Note [Per-rank GPU binding]).
+  dist::NodeGpuViews node(ranks.size());
+  for (const RankReport* r : ranks) {
+    if (r->local_rank < 0 || r->local_rank >= static_cast<int>(node.size())) {
+      node.clear();
+      break;
+    }
+    for (const GpuDevice& d : r->gpu.devices) node[r->local_rank].push_back(dist::gpu_identity(d));
+  }
   for (const RankReport* r : ranks) {
     dist::DeviceSelection sel;
     try {
-      sel = dist::select_devices(request, r->local_rank, r->local_size, r->gpu);
+      sel = dist::select_devices(request, r->local_rank, r->local_size, r->gpu, node);
     } catch (const Error& e) {
       v.kind = NodeVerdict::Kind::kError;
       v.text = "will stop with an error on rank " + std::to_string(r->world_rank) + ": " +
@@ -126,7 +135,8 @@ NodeVerdict judge_node(const std::string& host, const std::vector<const RankRepo
       any_gpu = true;
       all_cpu_chosen = false;
       const GpuDevice* g = find_device(r->gpu, d.index);
-      const std::string id = g && !g->pci_bus_id.empty() ? g->pci_bus_id : std::to_string(d.index);
+      const std::string id =
+          g && !dist::gpu_identity(*g).empty() ? dist::gpu_identity(*g) : std::to_string(d.index);
       if (seen_gpus.insert(id).second) ++used[g ? g->name : ""];
     }
   }
@@ -252,7 +262,8 @@ json to_json(const GpuReport& g) {
          {"cc_major", d.cc_major},
          {"cc_minor", d.cc_minor},
          {"total_bytes", d.total_bytes},
-         {"pci_bus_id", d.pci_bus_id}});
+         {"pci_bus_id", d.pci_bus_id},
+         {"uuid", d.uuid}});
   }
   return {{"built_with_cuda", g.built_with_cuda},
           {"runtime_version_compiled", g.runtime_version_compiled},
@@ -292,6 +303,7 @@ GpuReport gpu_report_from_json(const json& j) {
     dev.cc_minor = d.value("cc_minor", 0);
     dev.total_bytes = d.value("total_bytes", std::size_t{0});
     dev.pci_bus_id = d.value("pci_bus_id", "");
+    dev.uuid = d.value("uuid", "");
     g.devices.push_back(dev);
   }
   return g;

@@ -14,6 +14,7 @@ struct GpuDevice {
   int cc_major = 0, cc_minor = 0;
   std::size_t total_bytes = 0;
   std::string pci_bus_id;
+  std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (cudaDeviceProp::uuid)
 };
 
 struct GpuReport {

@@ -62,6 +62,17 @@ std::string reason_for(cudaError_t status, const GpuReport& r) {
   }
 }
 
+/// nvidia-smi's spelling of a GPU UUID, so the two can be compared by eye.
+std::string uuid_text(const cudaUUID_t& id) {
+  const auto* b = reinterpret_cast<const unsigned char*>(id.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
 void fill_devices(GpuReport& r, int count) {
   int too_old = 0;
   for (int i = 0; i < count; ++i) {
@@ -79,6 +90,7 @@ void fill_devices(GpuReport& r, int count) {
     char bus[32];
     std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
     d.pci_bus_id = bus;
+    d.uuid = uuid_text(p.uuid);
     if (p.major * 10 + p.minor < MIRROR_CUDA_MIN_ARCH) ++too_old;
     r.devices.push_back(d);
   }

@@ -16,8 +16,9 @@ namespace mirror::dist {
 /// --allow-gpu-sharing flags).
 ///
 /// `devices`:
-///   "auto"            one GPU per local rank (GPU index = local rank); the CPU, with a loud
-///                     warning naming the reason, when no GPU is usable
+///   "auto"            one GPU per local rank (GPU index = local rank, wrapping around what
+///                     the rank sees); the CPU, with a loud warning naming the reason, when no
+///                     GPU is usable
 ///   "gpu" / "cuda"    like auto, but no usable GPU is an error
 ///   "gpu:0,gpu:1"     these GPUs ("cuda:N" is the same); several GPUs make several in-process
 ///                     replicas
@@ -42,13 +43,33 @@ struct DeviceSelection {
   std::string devices_str() const;
 };
 
+/// What each rank of this node sees of its GPUs, indexed by local rank: the gpu_identity of
+/// every GPU that rank sees, in its own index order. Runtime::setup_devices gathers it from the
+/// local ranks (an all-gather); empty when unknown.
+using NodeGpuViews = std::vector<std::vector<std::string>>;
+
+/// A GPU's identity across processes, independent of CUDA_VISIBLE_DEVICES: its UUID, else its
+/// PCI bus id; "" when neither is known.
+std::string gpu_identity(const GpuDevice& gpu);
+
 /// Decides this rank's devices from the request, the rank's place on its node and what the
 /// process sees of its GPUs. Pure: no I/O, no CUDA, no MPI.
+///
+/// Note [Per-rank GPU binding]: launchers such as `srun --gpus-per-task=1`, `--gpu-bind` or a
+/// per-rank CUDA_VISIBLE_DEVICES wrapper show each local rank its own GPU(s), so a rank may see
+/// fewer GPUs than there are ranks on the node without any GPU being shared. With `node` (what
+/// every local rank sees) the rule is about physical GPUs: each rank picks its GPU(s) as usual
+/// (auto: its local rank modulo the GPUs it sees, so its only GPU when it sees one; a list: the
+/// listed indices), and only when two local ranks would drive the same GPU (equal identities),
+/// or when that cannot be told (no `node`, or GPUs without identity), is --allow-gpu-sharing
+/// required.
+///
 /// Throws InvalidArgument for malformed text, a GPU index that does not exist, duplicate or mixed
 /// CPU/GPU devices, and a bad memory policy; Unavailable for an explicit GPU request (or
-/// require_gpu) without a usable GPU (naming GpuReport::unavailable_reason) and for more local
-/// ranks than GPUs (naming both numbers) unless allow_sharing.
+/// require_gpu) without a usable GPU (naming GpuReport::unavailable_reason) and for GPUs shared
+/// by local ranks (naming the numbers, and the shared GPU when `node` shows it) unless
+/// allow_sharing.
 DeviceSelection select_devices(const DeviceRequest& request, int local_rank, int local_size,
-                               const GpuReport& gpus);
+                               const GpuReport& gpus, const NodeGpuViews& node = {});
 
 }  // namespace mirror::dist

@@ -20,6 +20,10 @@
 
 #include "mirror/device.h"
 
+namespace mirror {
+struct GpuReport;
+}
+
 namespace mirror::dist {
 
 struct DeviceRequest;
@@ -100,7 +104,8 @@ class Runtime {
 
   // ---- devices and the start-up line ----
   /// The usual start: checks that the --devices text and memory policy agree across ranks,
-  /// selects this rank's devices (select_devices with discover_gpus()), prints the CPU-fallback
+  /// selects this rank's devices (select_devices with discover_gpus() and what every local
+  /// rank sees of its GPUs, all-gathered: Note [Per-rank GPU binding]), prints the CPU-fallback
   /// warning on every rank that falls back, applies the memory policy to every selected device,
   /// checks that every rank drives the same number of replicas, and prints the start-up lines.
   /// Collective. Throws what select_devices throws.
@@ -120,6 +125,9 @@ class Runtime {
   Impl& impl() const { return *impl_; }
 
  private:
+  /// The identities of the GPUs each rank of this node sees, by local rank. Collective.
+  std::vector<std::vector<std::string>> gather_node_gpus(const GpuReport& gpus);
+
   std::unique_ptr<Impl> impl_;
   int world_rank_ = 0, world_size_ = 1;
   int local_rank_ = 0, local_size_ = 1;
