@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "distributed/cuda/nccl_collectives.h"
+#include "distributed/host_transfer_check.h"
 #include "mirror/error.h"
 #include "mirror/gpu.h"
 
@@ -16,7 +17,7 @@ namespace {
 /// cudaHostAlloc'd memory plus the event of its last transfer.
 class PinnedHostBuffer final : public HostBuffer {
  public:
-  PinnedHostBuffer(std::size_t bytes, int device) : bytes_(bytes) {
+  PinnedHostBuffer(std::size_t bytes, int device) : bytes_(bytes), home_(Device::cuda(device)) {
     cuda::use_device(device);  // page-locked memory is registered with this device's context
     MIRROR_CUDA_CHECK(cudaHostAlloc(&data_, bytes ? bytes : 1, cudaHostAllocPortable));
     done_ = cuda::make_event();
@@ -53,14 +54,15 @@ class PinnedHostBuffer final : public HostBuffer {
   void wait() override { MIRROR_CUDA_CHECK(cudaEventSynchronize(done_)); }
 
  private:
+  /// The tensor must be on this buffer's device: done_ belongs to it (Note in
+  /// host_transfer_check.h), and its stream is the one the copy is ordered on.
   void check(const Tensor& t, const char* op) const {
-    MIRROR_CHECK(t.device().is_cuda() && t.nbytes() <= bytes_, InvalidArgument,
-                 std::string("HostBuffer::") + op + ": expected a CUDA tensor of at most " +
-                     std::to_string(bytes_) + " bytes, got " + t.str());
+    detail::check_pinned_transfer(op, t.str(), t.device(), t.nbytes(), home_, bytes_);
   }
 
   void* data_ = nullptr;
   std::size_t bytes_;
+  Device home_;
   cuda::Event done_;
 };
 
