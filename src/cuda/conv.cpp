@@ -11,17 +11,21 @@
 // backward-filter correlates the padded input. Output sizes agree with Conv2DGeometry by
 // construction: (H + top + bottom - KH) / stride + 1 either way.
 //
-// Note [Algorithm choice]: the algorithm is chosen once per problem shape (cache in the
-// DeviceContext) from cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial runs, no memory),
-// taking the first candidate that succeeded, is DETERMINISTIC (docs/architecture.md invariant 4)
-// and uses FMA math (no TF32 rounding, so results track the CPU); if none qualifies, the always
-// available deterministic fallback (implicit GEMM / ALGO_1). The workspace comes from the
-// device allocator (a uint8 Tensor), so the steady state allocates nothing new.
+// Note [Algorithm choice] (algo_choice.h): chosen once per problem shape (cache in the
+// DeviceContext) from cuDNN's heuristics, preferring candidates whose workspace the device
+// allocator can give; the workspace is a uint8 Tensor from that allocator, so the steady state
+// allocates nothing new. Should the cached choice's workspace later fail to allocate (memory
+// filled up since), the shape falls back for good, with a warning, instead of failing.
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <vector>
 
+#include "cuda/algo_choice.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
+#include "mirror/memory.h"
 
 namespace mirror::cuda {
 namespace {
@@ -85,68 +89,179 @@ struct ConvDescs {
   }
 };
 
-ConvKey key(int kind, const ConvProblem& p) {
-  return {kind, p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw};
+// The three directions of a convolution, as the conv_algos() cache keys them.
+enum Dir { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
+
+ConvKey key(Dir dir, const ConvProblem& p) {
+  return {dir, p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw};
 }
 
-/// Note [Algorithm choice]: first successful, deterministic, FMA-math candidate.
-template <class Perf>
-int pick(const Perf* perf, int count, int fallback) {
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-        perf[i].mathType == CUDNN_FMA_MATH) {
-      return static_cast<int>(perf[i].algo);
-    }
+/// The always-available deterministic algorithm of each direction.
+int fallback_algo(Dir dir) {
+  switch (dir) {
+    case kForward:
+      return CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    case kBackwardData:
+      return CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    case kBackwardFilter:
+      return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   }
-  return fallback;
+  return 0;
+}
+
+std::string algo_name(Dir dir, int algo) {
+  static const char* const fwd[] = {
+      "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+      "WINOGRAD",      "WINOGRAD_NONFUSED"};
+  static const char* const data[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                     "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const filter[] = {
+      "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+  const char* const* names = dir == kForward ? fwd : dir == kBackwardData ? data : filter;
+  const int count = dir == kForward ? 8 : dir == kBackwardData ? 6 : 7;
+  const char* prefix = dir == kForward        ? "forward "
+                       : dir == kBackwardData ? "backward-data "
+                                              : "backward-filter ";
+  return prefix + (algo >= 0 && algo < count ? std::string(names[algo]) : std::to_string(algo));
+}
+
+/// cudnnGet*WorkspaceSize for `algo`; false when cuDNN does not support it for this problem.
+bool workspace_size(DeviceContext& ctx, const ConvDescs& d, Dir dir, int algo, std::size_t* bytes) {
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  switch (dir) {
+    case kForward:
+      st = cudnnGetConvolutionForwardWorkspaceSize(
+          ctx.cudnn(), d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+      break;
+    case kBackwardData:
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(
+          ctx.cudnn(), d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+          bytes);
+      break;
+    case kBackwardFilter:
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          ctx.cudnn(), d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+          bytes);
+      break;
+  }
+  return st == CUDNN_STATUS_SUCCESS;
 }
 
 constexpr int kMaxCandidates = 16;
 
-cudnnConvolutionFwdAlgo_t forward_algo(DeviceContext& ctx, const ConvProblem& p,
-                                       const ConvDescs& d) {
-  auto [it, fresh] = ctx.conv_algos().try_emplace(key(0, p), 0);
-  if (fresh) {
-    cudnnConvolutionFwdAlgoPerf_t perf[kMaxCandidates];
-    int count = 0;
-    MIRROR_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), d.x, d.w, d.conv, d.y,
-                                                              kMaxCandidates, &count, perf));
-    it->second = pick(perf, count, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+template <class Perf>
+std::vector<AlgoCandidate> to_candidates(DeviceContext& ctx, const ConvDescs& d, Dir dir,
+                                         const Perf* perf, int count) {
+  std::vector<AlgoCandidate> out;
+  for (int i = 0; i < count; ++i) {
+    AlgoCandidate c;
+    c.algo = static_cast<int>(perf[i].algo);
+    c.name = algo_name(dir, c.algo);
+    c.deterministic = perf[i].determinism == CUDNN_DETERMINISTIC;
+    c.fma_math = perf[i].mathType == CUDNN_FMA_MATH;
+    // The workspace query is the authority; the heuristics' `memory` may be 0 (not measured).
+    std::size_t bytes = 0;
+    c.succeeded =
+        perf[i].status == CUDNN_STATUS_SUCCESS && workspace_size(ctx, d, dir, c.algo, &bytes);
+    c.workspace = std::max(bytes, perf[i].memory);
+    out.push_back(c);
   }
-  return static_cast<cudnnConvolutionFwdAlgo_t>(it->second);
+  return out;
 }
 
-cudnnConvolutionBwdDataAlgo_t backward_data_algo(DeviceContext& ctx, const ConvProblem& p,
-                                                 const ConvDescs& d) {
-  auto [it, fresh] = ctx.conv_algos().try_emplace(key(1, p), 0);
-  if (fresh) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxCandidates];
-    int count = 0;
-    MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        ctx.cudnn(), d.w, d.y, d.conv, d.x, kMaxCandidates, &count, perf));
-    it->second = pick(perf, count, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+/// cuDNN's heuristic candidates for one direction, fastest expected first.
+std::vector<AlgoCandidate> candidates(DeviceContext& ctx, const ConvDescs& d, Dir dir) {
+  int count = 0;
+  switch (dir) {
+    case kForward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[kMaxCandidates];
+      MIRROR_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), d.x, d.w, d.conv, d.y,
+                                                                kMaxCandidates, &count, perf));
+      return to_candidates(ctx, d, dir, perf, count);
+    }
+    case kBackwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxCandidates];
+      MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          ctx.cudnn(), d.w, d.y, d.conv, d.x, kMaxCandidates, &count, perf));
+      return to_candidates(ctx, d, dir, perf, count);
+    }
+    case kBackwardFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxCandidates];
+      MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          ctx.cudnn(), d.x, d.y, d.conv, d.w, kMaxCandidates, &count, perf));
+      return to_candidates(ctx, d, dir, perf, count);
+    }
   }
-  return static_cast<cudnnConvolutionBwdDataAlgo_t>(it->second);
+  return {};
 }
 
-cudnnConvolutionBwdFilterAlgo_t backward_filter_algo(DeviceContext& ctx, const ConvProblem& p,
-                                                     const ConvDescs& d) {
-  auto [it, fresh] = ctx.conv_algos().try_emplace(key(2, p), 0);
-  if (fresh) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxCandidates];
-    int count = 0;
-    MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        ctx.cudnn(), d.x, d.y, d.conv, d.w, kMaxCandidates, &count, perf));
-    it->second = pick(perf, count, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+/// The workspace bytes the device allocator can give now (Note [Algorithm choice]): free device
+/// memory plus its cached blocks (released for a larger request), within a limit policy's
+/// limit; under preallocate, what is left of the arena.
+std::size_t workspace_budget(DeviceContext& ctx) {
+  const CachingAllocator& a = allocator_for(Device::cuda(ctx.device()));
+  const MemoryStats s = a.stats();
+  std::size_t free = 0, total = 0;
+  use_device(ctx.device());
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free = 0;
   }
-  return static_cast<cudnnConvolutionBwdFilterAlgo_t>(it->second);
+  const std::size_t growth = free + s.cached;
+  switch (a.policy().kind) {
+    case MemoryPolicy::Kind::kLimit:
+      return std::min(growth, s.limit > s.in_use ? s.limit - s.in_use : 0);
+    case MemoryPolicy::Kind::kPreallocate:
+      return s.reserved > s.in_use ? s.reserved - s.in_use : 0;
+    case MemoryPolicy::Kind::kGrowth:
+      break;
+  }
+  return growth;
 }
 
-/// Workspace from the device allocator (undefined tensor for zero bytes).
-Tensor workspace(std::size_t bytes, Device device) {
+void warn(const char* op, const ConvProblem& p, const std::string& note) {
+  std::fprintf(stderr, "mirror: warning: %s of a %dx%dx%dx%d input, %d filters %dx%d: %s\n", op,
+               p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, note.c_str());
+}
+
+/// Note [Algorithm choice]: the cached algorithm of this shape and direction.
+int conv_algo(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
+              const char* op) {
+  auto [it, fresh] = ctx.conv_algos().try_emplace(key(dir, p), fallback_algo(dir));
+  if (!fresh) return it->second;
+  AlgoCandidate fallback;
+  fallback.algo = fallback_algo(dir);
+  fallback.name = algo_name(dir, fallback.algo);
+  (void)workspace_size(ctx, d, dir, fallback.algo, &fallback.workspace);
+  const AlgoChoice choice = choose_algo(candidates(ctx, d, dir), workspace_budget(ctx), fallback);
+  if (!choice.note.empty()) warn(op, p, choice.note);
+  it->second = choice.algo;
+  return choice.algo;
+}
+
+/// The workspace of `algo` (updated in place): should allocating it fail, the shape falls back
+/// to the direction's fallback algorithm from now on, with a warning.
+Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
+                      int& algo, std::size_t& bytes, const char* op) {
+  const Device device = Device::cuda(ctx.device());
+  MIRROR_CHECK(
+      workspace_size(ctx, d, dir, algo, &bytes), InvalidArgument,
+      std::string(op) + ": cuDNN does not support " + algo_name(dir, algo) + " for this problem");
   if (bytes == 0) return {};
-  return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8, device);
+  try {
+    return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8, device);
+  } catch (const OutOfMemory& e) {
+    if (algo == fallback_algo(dir)) throw;
+    warn(op, p,
+         "the " + algo_bytes(bytes) + " workspace of " + algo_name(dir, algo) +
+             " could not be allocated (" + e.what() + "); falling back to " +
+             algo_name(dir, fallback_algo(dir)) + " for this shape, which may be slower");
+    algo = fallback_algo(dir);
+    ctx.conv_algos()[key(dir, p)] = algo;
+    return conv_workspace(ctx, p, d, dir, algo, bytes, op);
+  }
 }
+
 void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
 /// The input cuDNN sees: x itself, or x padded explicitly (Note [Asymmetric padding]).
@@ -174,15 +289,14 @@ Tensor CudaKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tenso
   const ConvDescs d(p);
   const Tensor in = aligned_copy(conv_input(x, p, op.stream()));
   const Tensor wa = aligned_copy(w);
-  const cudnnConvolutionFwdAlgo_t algo = forward_algo(op.ctx(), p, d);
+  const char* name = "conv2d_forward";
+  int algo = conv_algo(op.ctx(), p, d, kForward, name);
   std::size_t bytes = 0;
-  MIRROR_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(op.ctx().cudnn(), d.x, d.w, d.conv,
-                                                             d.y, algo, &bytes));
-  const Tensor ws = workspace(bytes, x.device());
+  const Tensor ws = conv_workspace(op.ctx(), p, d, kForward, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
-  MIRROR_CUDNN_CHECK(cudnnConvolutionForward(op.ctx().cudnn(), &one, d.x, f32(in, "conv2d_forward"),
-                                             d.w, f32(wa, "conv2d_forward"), d.conv, algo, ptr(ws),
-                                             bytes, &zero, d.y, f32(y, "conv2d_forward")));
+  MIRROR_CUDNN_CHECK(cudnnConvolutionForward(
+      op.ctx().cudnn(), &one, d.x, f32(in, name), d.w, f32(wa, name), d.conv,
+      static_cast<cudnnConvolutionFwdAlgo_t>(algo), ptr(ws), bytes, &zero, d.y, f32(y, name)));
   if (bias.defined()) bias_add(y, bias);
   return y;
 }
@@ -195,17 +309,16 @@ Tensor CudaKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, cons
   if (p.n == 0) return Tensor::empty(x_shape, DType::kFloat32, dy.device());
   const ConvDescs d(p);
   Tensor dx_in = Tensor::empty({p.n, p.c, p.h, p.w}, DType::kFloat32, dy.device());
-  const cudnnConvolutionBwdDataAlgo_t algo = backward_data_algo(op.ctx(), p, d);
-  std::size_t bytes = 0;
-  MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(op.ctx().cudnn(), d.w, d.y,
-                                                                  d.conv, d.x, algo, &bytes));
-  const Tensor ws = workspace(bytes, dy.device());
-  const float one = 1.0f, zero = 0.0f;
   const char* name = "conv2d_backward_data";
+  int algo = conv_algo(op.ctx(), p, d, kBackwardData, name);
+  std::size_t bytes = 0;
+  const Tensor ws = conv_workspace(op.ctx(), p, d, kBackwardData, algo, bytes, name);
+  const float one = 1.0f, zero = 0.0f;
   const Tensor wa = aligned_copy(w), dya = aligned_copy(dy);
   MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardData(op.ctx().cudnn(), &one, d.w, f32(wa, name), d.y,
-                                                  f32(dya, name), d.conv, algo, ptr(ws), bytes,
-                                                  &zero, d.x, f32(dx_in, name)));
+                                                  f32(dya, name), d.conv,
+                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                                  ptr(ws), bytes, &zero, d.x, f32(dx_in, name)));
   if (!p.explicit_pad) return dx_in;
   Tensor dx = Tensor::empty(x_shape, DType::kFloat32, dy.device());
   const Planes planes{static_cast<std::int64_t>(p.n) * p.c, p.h, p.w, p.in_h, p.in_w};
@@ -221,19 +334,18 @@ void CudaKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Ten
   if (p.n == 0) return;  // an empty batch adds nothing
   const ConvDescs d(p);
   const Tensor in = aligned_copy(conv_input(x, p, op.stream()));
-  const cudnnConvolutionBwdFilterAlgo_t algo = backward_filter_algo(op.ctx(), p, d);
+  const char* name = "conv2d_backward_weights";
+  int algo = conv_algo(op.ctx(), p, d, kBackwardFilter, name);
   std::size_t bytes = 0;
-  MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(op.ctx().cudnn(), d.x, d.y,
-                                                                    d.conv, d.w, algo, &bytes));
-  const Tensor ws = workspace(bytes, x.device());
+  const Tensor ws = conv_workspace(op.ctx(), p, d, kBackwardFilter, algo, bytes, name);
   // beta = 1: dw += correlation(x, dy), ops.h's accumulate convention.
   const float one = 1.0f;
-  const char* name = "conv2d_backward_weights";
   const Tensor dya = aligned_copy(dy);
   Tensor out = aligned_copy(dw);  // Note [cuDNN alignment]: accumulate in a copy, copy back
-  MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(op.ctx().cudnn(), &one, d.x, f32(in, name), d.y,
-                                                    f32(dya, name), d.conv, algo, ptr(ws), bytes,
-                                                    &one, d.w, f32(out, name)));
+  MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      op.ctx().cudnn(), &one, d.x, f32(in, name), d.y, f32(dya, name), d.conv,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ptr(ws), bytes, &one, d.w,
+      f32(out, name)));
   if (!out.shares_storage_with(dw)) dw.copy_from(out);
   if (dbias.defined()) bias_grad(dy, dbias);
 }
