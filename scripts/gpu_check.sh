@@ -14,7 +14,9 @@
 # models on the same GPU, side by side. A step whose GPU, driver, compute-sanitizer or torch is
 # missing is skipped with the reason; without a GPU, the GPU flags are checked to fail cleanly.
 # OUTDIR gets summary.txt, all.log and logs.tar.gz (the device tool returns at most 8 files).
-# Exit 0 when every step that could run passed. Env: GPU_CHECK_BUDGET (seconds, default 540):
+# First of all it prints the cuDNN and NCCL versions the kit was built against next to the ones
+# this machine loads, and stops (exit 3) when a loaded one is older (GPU_CHECK_ALLOW_OLDER=1 to
+# go on anyway). Exit 0 when every step that could run passed. Env: GPU_CHECK_BUDGET (seconds, default 540):
 # each step's time limit is cut to what is left of it and steps after it are skipped, so the
 # whole run stays inside the device tool's 10 minutes; summary.txt is written as steps finish.
 set -uo pipefail
@@ -95,6 +97,7 @@ find_lib() {  # find_lib SONAME: the first match, wheels first (what torch uses)
   [ -n "$hit" ] && echo "$hit"
 }
 cuda_ld="" missing_cuda=""
+declare -A found_lib
 {
   echo
   echo "CUDA-side libraries (wheel folders: ${wheel_dirs[*]:-none}):"
@@ -106,6 +109,7 @@ cuda_ld="" missing_cuda=""
       continue
     fi
     echo "  $s: $p"
+    found_lib[$s]="$p"
     case ":$cuda_ld:" in *":$(dirname "$p"):"*) ;; *) cuda_ld="${cuda_ld:+$cuda_ld:}$(dirname "$p")" ;; esac
   done
   driver="$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" {print $NF; exit}')"
@@ -235,11 +239,47 @@ step() {
 }
 
 say "Mirror GPU check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname), kit $(sed -n 's/^mirror commit: //p' "$kit/BUILD_INFO.txt")"
+
+# ---------------------------------------------------------------- versions, before anything runs
+# Note [Kit version pinning] (scripts/gpu_kit.sh): a cuDNN or NCCL older than the one the kit was
+# built against is not guaranteed to work, so that is checked first and stops the run.
+loaded_version() {  # loaded_version cudnn|nccl: what Mirror itself loads (mirror-doctor's report)
+  local code
+  code="$(grep -o "\"$1_loaded\": *[0-9]*" "$doctor_json" 2>/dev/null | head -1 | grep -o '[0-9]*$')"
+  [ -n "$code" ] && [ "$code" -gt 0 ] && echo "$((code / 10000)).$((code / 100 % 100)).$((code % 100))"
+}
+older() { [ "$1" != "$2" ] && [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }
+say "built against vs loaded ($(sed -n 's/^pinned by: //p' "$kit/BUILD_INFO.txt"))"
+too_old=""
+for lib in cudnn:cuDNN:libcudnn.so.9 nccl:NCCL:libnccl.so.2; do
+  IFS=: read -r key label soname <<<"$lib"
+  built="$(sed -n "s/^$key compiled: //p" "$kit/BUILD_INFO.txt")"
+  loaded="$(loaded_version "$key")"
+  verdict="ok"
+  if [ -z "$loaded" ]; then
+    verdict="loaded version unknown (mirror-doctor did not report it; see 00-environment.log)"
+  elif [ -n "$built" ] && older "$loaded" "$built"; then
+    verdict="OLDER than built against"
+    too_old+="${too_old:+; }$label $loaded is loaded (${found_lib[$soname]:-$soname}) but the kit was built against $built"
+  fi
+  say "  $(printf '%-6s' "$label") built against ${built:-unknown}, loaded ${loaded:-?} from ${found_lib[$soname]:-not found}: $verdict"
+done
+if [ -n "$too_old" ]; then
+  if [ "${GPU_CHECK_ALLOW_OLDER:-0}" = 1 ]; then
+    say "WARNING: $too_old; continuing because GPU_CHECK_ALLOW_OLDER=1"
+  else
+    say "STOP: $too_old. A library older than the one a binary was built against is not guaranteed to work (missing symbols, changed behaviour). Install the versions the kit was built against (pip install the pins above, as torch's own metadata requires), or rebuild the kit for this machine's torch (scripts/gpu_kit.sh --torch VERSION), or set GPU_CHECK_ALLOW_OLDER=1 to run anyway."
+    cp "$summary" "$out/summary.txt"
+    cp "$env_log" "$out/all.log" 2>/dev/null
+    echo "gpu_check: stopped: $too_old (see $out/summary.txt)" >&2
+    exit 3
+  fi
+fi
+
 say "GPU: $([ "$gpu" = 1 ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || echo "none usable: $gpu_why")"
 say "compute-sanitizer: ${sanitizer:-not found}; torch: ${torch_why:-$torch_cuda}"
 say "$(grep -E '^SONAMEs' "$kit/BUILD_INFO.txt")"
 [ -z "$missing_cuda" ] || say "MISSING CUDA-side libraries on this machine:$missing_cuda (the GPU binaries cannot load)"
-say "$(grep -E '^(cudnn|nccl) compiled' "$kit/BUILD_INFO.txt" | tr '\n' ' ')"
 say ""
 
 train_args=(--data synthetic --train-limit 4096 --test-limit 512 --batch-size 64 --max-steps 40 --no-progress)

@@ -4,12 +4,20 @@
 # Boost.Program_options, libgomp, ...), so that `bash .gpukit/gpu_check.sh OUTDIR` there builds
 # nothing and installs nothing. See docs/gpu-kit.md.
 #
-#   scripts/gpu_kit.sh [--build-dir DIR] [--kit DIR] [--no-build]
+#   scripts/gpu_kit.sh [--build-dir DIR] [--kit DIR] [--no-build] [--torch VERSION]
+#                      [--pins-from FILE] [--no-pin]
 #
 #   --build-dir DIR  the CUDA build to pack (default build-gpukit; configured and built here
 #                    when missing: Release, -DMIRROR_CUDA=ON, CMAKE_CUDA_ARCHITECTURES 80;90)
 #   --kit DIR        where the kit goes (default .gpukit, ignored by git); replaced
-#   --no-build       pack what DIR already holds (fails when something is missing)
+#   --no-build       pack what DIR already holds (fails when something is missing); its cuDNN
+#                    and NCCL are compared with the pins, not rebuilt
+#   --torch VERSION  the PyTorch of the GPU machine (default 2.11.0): the kit is built against
+#                    exactly the nvidia-cudnn-cu13 and nvidia-nccl-cu13 its metadata pins
+#                    (scripts/gpu_kit_pins.py: torch's metadata through pip, the two wheels
+#                    downloaded once into $MIRROR_GPUKIT_CACHE, default ~/.cache/mirror-gpukit)
+#   --pins-from FILE read the pins from this METADATA / pip --report file (no network)
+#   --no-pin         build against whatever cuDNN/NCCL CMake finds (recorded as NOT PINNED)
 #
 # The kit: gpu_check.sh, README.txt, BUILD_INFO.txt and mirror-kit.tar.gz (programs, gpu test
 # binaries, lib/, the relocatable Open MPI under ompi/, launch/mirrorrun, bench/step_torch.py,
@@ -20,11 +28,15 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-gpukit" kit="$root/.gpukit" do_build=1
+torch_version=2.11.0 pins_from="" do_pin=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$(realpath -m "${2:?--build-dir needs a folder}")"; shift 2 ;;
     --kit) kit="$(realpath -m "${2:?--kit needs a folder}")"; shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --torch) torch_version="${2:?--torch needs a version}"; shift 2 ;;
+    --pins-from) pins_from="$(realpath "${2:?--pins-from needs a file}")"; shift 2 ;;
+    --no-pin) do_pin=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_kit: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -45,6 +57,44 @@ fallback_libs='^(libstdc\+\+|libgcc_s)\.so'
 # nvidia-nccl-cu13, nvidia-cublas and nvidia-cuda-runtime for CUDA 13).
 expected_sonames=(libcudnn.so.9 libnccl.so.2 libcublas.so.13 libcudart.so.13)
 
+# ---------------------------------------------------------------- pins
+# Note [Kit version pinning]: the GPU machine loads cuDNN and NCCL from the wheels its PyTorch
+# installed, and a library older than the one a binary was built against is not guaranteed to
+# work. So the kit is built against exactly those wheels: torch's metadata names them
+# (Requires-Dist nvidia-cudnn-cu13==..., nvidia-nccl-cu13==...), gpu_kit_pins.py downloads them
+# once and CMake is pointed at their headers and libraries. When that fails the kit is still
+# made, against what CMake finds, and says so loudly (here and in BUILD_INFO.txt).
+pins_py=(python3 "$root/scripts/gpu_kit_pins.py")
+pins=() pin_note="" cudnn_wheel="" nccl_wheel=""
+loud() {
+  local bar
+  bar="$(printf '#%.0s' {1..78})"
+  printf '%s
+gpu_kit: WARNING: %s
+%s
+' "$bar" "$*" "$bar" >&2
+}
+pin_err="$(mktemp)"
+if ((!do_pin)); then
+  pin_note="NOT PINNED (--no-pin)"
+elif resolved="$("${pins_py[@]}" resolve --torch "$torch_version" ${pins_from:+--metadata "$pins_from"} 2>"$pin_err")"; then
+  torch_version="$(sed -n 's/^torch=//p' <<<"$resolved")"
+  pins=("$(sed -n 's/^cudnn=//p' <<<"$resolved")" "$(sed -n 's/^nccl=//p' <<<"$resolved")")
+  echo "gpu_kit: torch $torch_version pins ${pins[*]}${pins_from:+ (read from $pins_from)}"
+else
+  pin_note="NOT PINNED ($(tail -1 "$pin_err" | sed 's/^gpu_kit_pins: //'))"
+fi
+if ((do_build)) && ((${#pins[@]})); then
+  if fetched="$("${pins_py[@]}" fetch "${pins[@]}" 2>"$pin_err")"; then
+    cudnn_wheel="$(sed -n 's/^nvidia-cudnn-cu13=//p' <<<"$fetched")"
+    nccl_wheel="$(sed -n 's/^nvidia-nccl-cu13=//p' <<<"$fetched")"
+  else
+    pin_note="NOT PINNED ($(tail -1 "$pin_err" | sed 's/^gpu_kit_pins: //'))"
+  fi
+fi
+rm -f "$pin_err"
+[ -z "$pin_note" ] || loud "the kit's cuDNN/NCCL are not pinned to torch $torch_version's wheels: ${pin_note#NOT PINNED }; building against what CMake finds instead"
+
 # ---------------------------------------------------------------- build
 # The CUDA backend lives in libmirror.so (programs link it), or in the program itself when it was
 # linked statically.
@@ -56,10 +106,17 @@ has_cuda() {
   return 1
 }
 if ((do_build)); then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    echo "gpu_kit: configuring $build (Release, CUDA backend, sm_80 + sm_90)"
+  wheel_args=()
+  if [ -n "$cudnn_wheel" ] && [ -n "$nccl_wheel" ]; then  # the pinned wheels (Note [Kit version pinning])
+    wheel_args=("-DMIRROR_cudnn_INCLUDE_DIR=$cudnn_wheel/include"
+                "-DMIRROR_cudnn_LIBRARY=$cudnn_wheel/lib/libcudnn.so.9"
+                "-DMIRROR_nccl_INCLUDE_DIR=$nccl_wheel/include"
+                "-DMIRROR_nccl_LIBRARY=$nccl_wheel/lib/libnccl.so.2")
+  fi
+  if [ ! -f "$build/CMakeCache.txt" ] || ((${#wheel_args[@]})); then
+    echo "gpu_kit: configuring $build (Release, CUDA backend, sm_80 + sm_90${wheel_args:+, cuDNN and NCCL from the pinned wheels})"
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIRROR_CUDA=ON \
-      "-DCMAKE_CUDA_ARCHITECTURES=80;90" >/dev/null
+      "-DCMAKE_CUDA_ARCHITECTURES=80;90" "${wheel_args[@]}" >/dev/null
   fi
   echo "gpu_kit: building ${programs[*]} ${gpu_tests[*]} in $build"
   cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${programs[@]}" "${gpu_tests[@]}" >/dev/null
@@ -160,8 +217,18 @@ header_define() { grep -h "#define $2 " "$1" 2>/dev/null | awk '{print $3}' | he
 nvcc_path="$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
 [ -x "$nvcc_path" ] || nvcc_path="$(command -v nvcc || echo nvcc)"
 cuda_inc="$(dirname "$nvcc_path")/../include"
-cudnn_h="$(sed -n 's/^CUDNN_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/cudnn_version.h"
-nccl_h="$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/nccl.h"
+cudnn_inc="$(sed -n 's/^MIRROR_cudnn_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
+nccl_inc="$(sed -n 's/^MIRROR_nccl_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
+cudnn_h="$cudnn_inc/cudnn_version.h" nccl_h="$nccl_inc/nccl.h"
+# The pins against the headers the build really used.
+if ((${#pins[@]})); then
+  if ! pin_check="$("${pins_py[@]}" compare --cudnn-include "$cudnn_inc" --nccl-include "$nccl_inc" "${pins[@]}" 2>&1)"; then
+    ((do_build)) && [ -z "$pin_note" ] && die "built against the pinned wheels, yet: $pin_check"
+    loud "this build's cuDNN/NCCL differ from torch $torch_version's pins: $pin_check"
+  fi
+else
+  pin_check="$pin_note"
+fi
 {
   echo "mirror commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(uname -m)"
@@ -174,6 +241,10 @@ nccl_h="$(sed -n 's/^NCCL_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/nccl.h"
   echo "cublas compiled: $(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MAJOR).$(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MINOR)"
   echo "cudnn compiled: $(header_define "$cudnn_h" CUDNN_MAJOR).$(header_define "$cudnn_h" CUDNN_MINOR).$(header_define "$cudnn_h" CUDNN_PATCHLEVEL)"
   echo "nccl compiled: $(header_define "$nccl_h" NCCL_MAJOR).$(header_define "$nccl_h" NCCL_MINOR).$(header_define "$nccl_h" NCCL_PATCH)"
+  echo "cudnn headers: $cudnn_inc"
+  echo "nccl headers: $nccl_inc"
+  echo "pinned by: torch $torch_version${pins[*]:+: ${pins[*]}}${pins_from:+ (read from $(basename "$pins_from"))}"
+  echo "pins vs compiled: $pin_check"
   echo "open mpi: $(ompi_info --version 2>/dev/null | head -1)"
   echo "glibc needed: $(objdump -T "$tree"/bin/* "$tree"/tests/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)"
   echo "libstdc++ needed: $(objdump -T "$tree"/bin/* "$tree"/tests/* 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -Vu | tail -1)"
@@ -198,6 +269,7 @@ unpacked_kib="$(du -sk "$tree" | cut -f1)"
 kit_bytes="$(du -sb "$kit" | cut -f1)"
 kit_mib="$(awk -v b="$kit_bytes" 'BEGIN {printf "%.1f", b / 1048576}')"
 cat "$soname_report"
+echo "gpu_kit: pins vs compiled: $pin_check"
 echo "gpu_kit: $(grep -c . "$manifest") files carried ($(find "$tree/lib" -name '*.so*' | wc -l) libraries, $((unpacked_kib / 1024)) MiB unpacked)"
 echo "gpu_kit: kit $kit: $kit_mib MiB (limit $limit_mib MiB)"
 ((kit_bytes <= limit_mib * 1048576)) || die "the kit is $kit_mib MiB, over the $limit_mib MiB limit"

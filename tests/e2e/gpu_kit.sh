@@ -6,6 +6,11 @@
 # Boost, hwloc, libevent, ...) are hidden first, as on the GPU machine, so the run shows the
 # kit is complete. Checks: exit 0, the CPU steps passed (the kit's Open MPI and oneDNN work),
 # and without a GPU every GPU step was skipped with its reason and the GPU flags failed cleanly.
+# Version pinning (Note [Kit version pinning], scripts/gpu_kit.sh), with no network: the pins
+# come from torch-2.11.0.METADATA (the Requires-Dist of torch 2.11.0's PyPI metadata) and must
+# match what the build compiled against, in BUILD_INFO.txt; gpu_kit_pins.py's errors are
+# checked on small made-up inputs; gpu_check.sh must print built-against vs loaded versions
+# first and stop (exit 3) when a loaded library is older than the kit's.
 # Usage: gpu_kit.sh BUILD_DIR (exit 77 = skipped: the build has no CUDA backend).
 set -euo pipefail
 build="$(realpath "${1:?usage: gpu_kit.sh BUILD_DIR}")"
@@ -40,10 +45,47 @@ if ! "$doctor" --json | grep -q '"gpu": *true'; then
     fail "--backend auto without a GPU does not say why it uses MPI: $(cat "$work/auto.txt")"
 fi
 
+# ---- the pins: read from torch's metadata, compared with headers (no network, no download)
+pins_py=(python3 "$root/scripts/gpu_kit_pins.py")
+metadata="$root/tests/e2e/torch-2.11.0.METADATA"
+"${pins_py[@]}" resolve --torch 2.11.0 --metadata "$metadata" >"$work/pins.txt" || fail "resolve: $(cat "$work/pins.txt")"
+grep -qx "cudnn=nvidia-cudnn-cu13==9.19.0.56" "$work/pins.txt" || fail "cuDNN pin: $(cat "$work/pins.txt")"
+grep -qx "nccl=nvidia-nccl-cu13==2.28.9" "$work/pins.txt" || fail "NCCL pin: $(cat "$work/pins.txt")"
+printf '%s\n' '{"install": [{"metadata": {"name": "torch", "version": "2.12.0", "requires_dist": [' \
+  '"nvidia-cudnn-cu13==9.20.1.3; platform_system == \"Linux\"",' \
+  '"nvidia-nccl-cu13==2.29.2; platform_system == \"Linux\"", "filelock"]}}]}' >"$work/report.json"
+"${pins_py[@]}" resolve --torch 2.12.0 --metadata "$work/report.json" >"$work/pins2.txt" ||
+  fail "a pip --report file was not read: $(cat "$work/pins2.txt")"
+grep -qx "nccl=nvidia-nccl-cu13==2.29.2" "$work/pins2.txt" || fail "pip report pins: $(cat "$work/pins2.txt")"
+grep -v nccl "$metadata" >"$work/no-nccl.METADATA"
+if "${pins_py[@]}" resolve --metadata "$work/no-nccl.METADATA" >/dev/null 2>"$work/err.txt"; then
+  fail "metadata without an NCCL pin was accepted"
+fi
+grep -q "pins no exact version of nvidia-nccl-cu13" "$work/err.txt" || fail "missing pin: $(cat "$work/err.txt")"
+if "${pins_py[@]}" resolve --torch 2.10.0 --metadata "$metadata" >/dev/null 2>"$work/err.txt"; then
+  fail "torch 2.11.0's metadata was accepted for torch 2.10.0"
+fi
+grep -q "describes torch 2.11.0, not the requested 2.10.0" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+cudnn_inc="$(sed -n 's/^MIRROR_cudnn_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
+nccl_inc="$(sed -n 's/^MIRROR_nccl_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
+if "${pins_py[@]}" compare --cudnn-include "$cudnn_inc" --nccl-include "$nccl_inc" \
+    nvidia-cudnn-cu13==9.0.0.1 nvidia-nccl-cu13==2.0.1 >"$work/cmp.txt"; then
+  fail "headers were taken for cuDNN 9.0.0 / NCCL 2.0.1: $(cat "$work/cmp.txt")"
+fi
+grep -q "^DIFFER (nvidia-cudnn-cu13 9.0.0.1 vs headers " "$work/cmp.txt" || fail "compare: $(cat "$work/cmp.txt")"
+
 # ---- pack
-bash "$root/scripts/gpu_kit.sh" --build-dir "$build" --no-build --kit "$work/kit" | tee "$work/pack.log"
+bash "$root/scripts/gpu_kit.sh" --build-dir "$build" --no-build --kit "$work/kit" \
+  --pins-from "$metadata" | tee "$work/pack.log"
 grep -q "^SONAMEs vs the GPU machine's wheels .*: match$" "$work/pack.log" ||
   fail "the build's CUDA SONAMEs differ from the GPU machine's wheels (see above)"
+info="$work/kit/BUILD_INFO.txt"
+grep -qx "pinned by: torch 2.11.0: nvidia-cudnn-cu13==9.19.0.56 nvidia-nccl-cu13==2.28.9 (read from torch-2.11.0.METADATA)" "$info" ||
+  fail "BUILD_INFO.txt does not record the pins: $(grep '^pinned' "$info")"
+grep -qx "pins vs compiled: match (nvidia-cudnn-cu13 9.19.0.56 vs headers 9.19.0; nvidia-nccl-cu13 2.28.9 vs headers 2.28.9)" "$info" ||
+  fail "this build does not compile against torch 2.11.0's cuDNN/NCCL: $(grep '^pins vs' "$info") (scripts/gpu_kit.sh builds against the pinned wheels)"
+grep -qx "cudnn compiled: 9.19.0" "$info" || fail "$(grep '^cudnn compiled' "$info")"
+grep -qx "nccl compiled: 2.28.9" "$info" || fail "$(grep '^nccl compiled' "$info")"
 bytes="$(du -sb "$work/kit" | cut -f1)"
 ((bytes <= 64 * 1048576)) || fail "the kit is $bytes bytes, over 64 MiB"
 grep -q "^gpu_kit: kit .*MiB (limit 64 MiB)$" "$work/pack.log" || fail "the kit's size is not printed"
@@ -100,6 +142,12 @@ for s in doctor cpu-allreduce-mpi-2ranks cpu-train-cnn; do
 done
 grep -q -E "^(PASS|SKIP)  gpu-tests " "$summary" || fail "gpu tests: $(grep ' gpu-tests ' "$summary")"
 grep -q "^totals: .* 0 failed" "$summary" || fail "$(grep '^totals' "$summary")"
+# Built-against vs loaded versions come first, before any step.
+sed -n 2p "$summary" | grep -q "^built against vs loaded (torch 2.11.0: " || fail "versions not first: $(head -3 "$summary")"
+for lib in cuDNN NCCL; do
+  grep -qE "^  $lib +built against [0-9.]+, loaded [0-9.]+ from /.*: ok$" "$summary" ||
+    fail "$lib versions: $(grep "^  $lib" "$summary")"
+done
 if grep -q '^GPU: none usable' "$summary"; then
   grep -q "^PASS  gpu-flags-refused " "$summary" || fail "the GPU flags did not fail cleanly without a GPU"
   for s in gpu-train-cnn gpu-train-gru-rows nccl-allreduce-1rank bench-train-gpu-cnn \
@@ -113,4 +161,17 @@ grep -q "^OPAL_PREFIX=/tmp/mirror-gpukit\.[^/]*/mirror-kit/ompi$" "$work/out/all
 if grep -n -E "couldn't open the help file|unable to open mca_|component .* not found" "$work/out/all.log"; then
   fail "Open MPI or PMIx looked for files outside the kit (above)"
 fi
+# ---- a machine that loads an older cuDNN than the kit's: gpu_check.sh stops first, saying so
+mkdir -p "$work/older"
+tar -C "$work/older" -xzf "$work/kit/mirror-kit.tar.gz"
+sed -i 's/^cudnn compiled: .*/cudnn compiled: 9.99.0/' "$work/older/mirror-kit/BUILD_INFO.txt"
+set +e
+bash "$work/older/mirror-kit/scripts/gpu_check.sh" "$work/out-older" >"$work/older.log" 2>&1
+rc=$?
+set -e
+[[ "$rc" == 3 ]] || fail "gpu_check.sh with an older cuDNN exited $rc, not 3: $(tail -5 "$work/older.log")"
+grep -q "^STOP: cuDNN [0-9.]* is loaded (.*) but the kit was built against 9.99.0\." "$work/out-older/summary.txt" ||
+  fail "no STOP line naming both versions: $(cat "$work/out-older/summary.txt")"
+if grep -qE "^(PASS|SKIP|FAIL) " "$work/out-older/summary.txt"; then fail "steps ran after the STOP"; fi
+
 echo "PASS (kit $(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB, system copies hidden: $hidden)"
