@@ -412,7 +412,7 @@ void Runtime::check_same_across_ranks(const std::string& what, const std::string
 
 // ------------------------------------------------------------------ devices, start-up line
 
-NodeGpuViews Runtime::gather_node_gpus(const GpuReport& gpus) {
+NodeGpuViews Runtime::node_gpu_views(const GpuReport& gpus) {
   // Note [Per-rank GPU binding] (device_selection.h): what every local rank sees, by identity.
   std::string mine;
   for (const GpuDevice& d : gpus.devices) mine += gpu_identity(d) + "\n";
@@ -444,7 +444,7 @@ DeviceSelection Runtime::setup_devices(const DeviceRequest& request) {
   check_same_across_ranks("memory policy", request.memory_policy);
   const GpuReport& gpus = discover_gpus();
   DeviceSelection selection =
-      select_devices(request, local_rank_, local_size_, gpus, gather_node_gpus(gpus));
+      select_devices(request, local_rank_, local_size_, gpus, node_gpu_views(gpus));
   if (!selection.warning.empty()) {
     std::string text;
     std::size_t start = 0;

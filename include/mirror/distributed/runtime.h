@@ -110,6 +110,10 @@ class Runtime {
   /// checks that every rank drives the same number of replicas, and prints the start-up lines.
   /// Collective. Throws what select_devices throws.
   DeviceSelection setup_devices(const DeviceRequest& request);
+  /// What every rank of this node sees of its GPUs, by local rank: the gpu_identity of each
+  /// GPU in `gpus` (this rank's), all-gathered (NodeGpuViews, Note [Per-rank GPU binding] in
+  /// device_selection.h). Collective.
+  std::vector<std::vector<std::string>> node_gpu_views(const GpuReport& gpus);
   /// Prints one line per rank to stderr, in rank order (gathered to rank 0), e.g.
   ///   "[mirror] rank 0/2 local 0/2 host node-a devices cuda:0 (MPI thread level multiple)".
   /// Collective.
@@ -125,9 +129,6 @@ class Runtime {
   Impl& impl() const { return *impl_; }
 
  private:
-  /// The identities of the GPUs each rank of this node sees, by local rank. Collective.
-  std::vector<std::vector<std::string>> gather_node_gpus(const GpuReport& gpus);
-
   std::unique_ptr<Impl> impl_;
   int world_rank_ = 0, world_size_ = 1;
   int local_rank_ = 0, local_size_ = 1;
