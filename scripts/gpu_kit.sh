@@ -35,7 +35,9 @@ while [ $# -gt 0 ]; do
     --kit) kit="$(realpath -m "${2:?--kit needs a folder}")"; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --torch) torch_version="${2:?--torch needs a version}"; shift 2 ;;
-    --pins-from) pins_from="$(realpath "${2:?--pins-from needs a file}")"; shift 2 ;;
+    --pins-from)
+      [ -f "${2:?--pins-from needs a file}" ] || { echo "gpu_kit: --pins-from: no such file '$2'" >&2; exit 2; }
+      pins_from="$(realpath "$2")"; shift 2 ;;
     --no-pin) do_pin=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_kit: unknown argument '$1' (see --help)" >&2; exit 2 ;;
