@@ -95,7 +95,7 @@ if ((do_build)) && ((${#pins[@]})); then
   fi
 fi
 rm -f "$pin_err"
-[ -z "$pin_note" ] || loud "the kit's cuDNN/NCCL are not pinned to torch $torch_version's wheels: ${pin_note#NOT PINNED }; building against what CMake finds instead"
+[ -z "$pin_note" ] || loud "the kit's cuDNN/NCCL are not pinned to torch $torch_version's wheels: ${pin_note#NOT PINNED }; $( ((do_build)) && echo "building against what CMake finds instead" || echo "packing $build as it is")"
 
 # ---------------------------------------------------------------- build
 # The CUDA backend lives in libmirror.so (programs link it), or in the program itself when it was

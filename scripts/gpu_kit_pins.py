@@ -84,7 +84,8 @@ def torch_metadata(torch, cache):
     if run.returncode != 0 or not os.path.exists(tmp):
         last = (run.stderr.strip().splitlines() or ["no output"])[-1]
         fail(f"could not read torch {torch}'s metadata from PyPI through pip ({last}); "
-             "give it with --metadata FILE, or pack without pinning (--no-pin)")
+             "give torch's METADATA as a file (gpu_kit.sh --pins-from FILE), or pack without "
+             "pinning (--no-pin)")
     os.replace(tmp, report)
     return report
 
