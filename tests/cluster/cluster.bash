@@ -221,6 +221,24 @@ cluster_mirrorrun() {
   cluster_head "$mirrorrun" --hostfile "$cluster_dir/hostfile" "${mca[@]}" "$@"
 }
 
+# An mpirun stand-in for `mirror-bench train --launcher`: takes its -np and the program after
+# `--`, drops its binding flags, and starts the ranks on the nodes, one per slot. Prints its path.
+cluster_write_launcher() {
+  local mca
+  mca=$(cluster_mca_args | tr '\n' ' ')
+  {
+    echo '#!/usr/bin/env bash'
+    echo 'np=1'
+    echo 'while [ $# -gt 0 ]; do'
+    echo '  case "$1" in -np) np="$2"; shift 2 ;; --) shift; break ;; *) shift ;; esac'
+    echo 'done'
+    echo "exec ip netns exec $cluster_sw unshare --uts /bin/sh -c 'hostname mirchead && exec \"\$@\"' sh \\"
+    echo "  mpirun --hostfile $cluster_dir/hostfile $mca --bind-to none -x OMP_NUM_THREADS -np \"\$np\" \"\$@\""
+  } >"$cluster_dir/launcher"
+  chmod +x "$cluster_dir/launcher"
+  echo "$cluster_dir/launcher"
+}
+
 # Node loss: every process of node $1 killed, and the node refuses new daemons from then on.
 cluster_lose_node() {
   local ns
