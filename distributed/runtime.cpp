@@ -208,8 +208,8 @@ std::string unanswered_peers(const Runtime& rt) {
       for (int r : ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
       verdict += " rank" + std::string(ranks.size() > 1 ? "s " : " ") + list + " on node " + host;
       verdict += ranks.size() == ranks_of[host].size()
-                     ? " (all its ranks: node " + host + " is down or unreachable);"
-                     : ";";
+                     ? " (all its ranks: node " + host + " is down or unreachable, or they hang);"
+                     : " (dead, or alive outside this collective);";
     }
     verdict.pop_back();
   });

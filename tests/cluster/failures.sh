@@ -84,7 +84,7 @@ crash() { cluster_partition "$1"; cluster_lose_node "$1"; }  # link first: no RS
 
 run_case lost lose "lost communication with a remote daemon|unexpectedly disconnected" \
   "(node|Peer host:) +mircn1"
-probe="no answer from ranks 2,3 on node mircn1 \(all its ranks: node mircn1 is down or unreachable\)"
+probe="no answer from ranks 2,3 on node mircn1 \(all its ranks: node mircn1 is down or unreachable, or they hang\)"
 run_case crashed crash "did not complete within ${timeout_s}s" "$probe"
 run_case partition cluster_partition "did not complete within ${timeout_s}s" "$probe"
 
