@@ -33,9 +33,8 @@ TEST(ScalingModel, HierarchicalIsIntraThenInterThenIntra) {
   const Cluster c{4, 8, link(2, 800), link(20, 8)};
   const double bytes = 8e6;
   const double intra_half = 7 * (2e-6 + bytes / 8 / 1e11);  // reduce-scatter among 8 GPUs
-  const double inter = 6 * (20e-6 + bytes / 4 / 1e9);      // ring among 4 nodes
-  EXPECT_NEAR(allreduce_seconds(bytes, c, Algorithm::kHierarchical), 2 * intra_half + inter,
-              1e-12);
+  const double inter = 6 * (20e-6 + bytes / 4 / 1e9);       // ring among 4 nodes
+  EXPECT_NEAR(allreduce_seconds(bytes, c, Algorithm::kHierarchical), 2 * intra_half + inter, 1e-12);
   // Fewer latency-bound steps across the network: it wins for small buffers on many nodes.
   const Cluster many{64, 8, link(2, 800), link(20, 8)};
   EXPECT_LT(allreduce_seconds(1e4, many, Algorithm::kHierarchical),
@@ -69,8 +68,8 @@ TEST(ScalingModel, BucketsRunOneAtATime) {
   const Cluster c{2, 1, link(0, 1e6), link(0, 8.0 / 60)};
   const Prediction p = predict_step(two_buckets(), c, Algorithm::kRing, {true, 1.0});
   EXPECT_NEAR(p.exposed_ms, 40 + 60 + 60 - 90, 1e-6);
-  const Prediction alone = predict_step(two_buckets(), Cluster{1, 1, c.intra, c.inter},
-                                        Algorithm::kRing, {true, 1.0});
+  const Prediction alone =
+      predict_step(two_buckets(), Cluster{1, 1, c.intra, c.inter}, Algorithm::kRing, {true, 1.0});
   EXPECT_EQ(alone.exposed_ms, 0);
   EXPECT_EQ(alone.efficiency, 1);
 }
@@ -79,8 +78,8 @@ TEST(ScalingModel, FitRecoversAlphaAndBandwidth) {
   const LinkModel truth = link(50, 2);
   std::vector<std::pair<double, double>> points;
   for (double bytes : {1e4, 1e5, 1e6, 1e7}) {
-    points.emplace_back(bytes, 1e6 * allreduce_seconds(bytes, Cluster{4, 1, truth, truth},
-                                                       Algorithm::kRing));
+    points.emplace_back(
+        bytes, 1e6 * allreduce_seconds(bytes, Cluster{4, 1, truth, truth}, Algorithm::kRing));
   }
   const LinkModel fit = fit_ring_sweep(points, 4, "fit");
   EXPECT_NEAR(fit.alpha_us, 50, 1e-6);
