@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -26,6 +27,8 @@ namespace {
 std::atomic<Runtime*> g_runtime{nullptr};
 std::atomic<bool> g_created{false};
 std::atomic<int> g_world_rank{-1};
+/// Note [Liveness probe]: a dup of MPI_COMM_WORLD used only by unanswered_peers().
+MPI_Comm g_liveness = MPI_COMM_NULL;
 
 ThreadLevel to_level(int provided) {
   if (provided >= MPI_THREAD_MULTIPLE) return ThreadLevel::kMultiple;
@@ -154,6 +157,66 @@ std::string timeout_line(const std::string& op, const std::string& tag,
          "s; peers: " + peers + " (a peer died, hangs, or issued a different collective)";
 }
 
+// Note [Liveness probe]
+// A collective that times out says which peers are gone: every rank that times out sends one
+// byte to every other rank on a communicator of its own and listens for theirs for
+// kProbeWindow. The survivors of a lost node or a partition are all stuck in the same
+// collective and time out within about a step of each other, so they hear each other; a rank
+// that is dead, cut off, or busy elsewhere (a hang) stays silent and is named, grouped by node.
+// Needs MPI_THREAD_MULTIPLE (the probe runs on a thread that may not take the MPI mutex, see
+// abort_with_line); below that level, or with one rank, it says nothing. Runs once per process.
+namespace {
+std::string unanswered_peers(const Runtime& rt) {
+  constexpr auto kProbeWindow = std::chrono::seconds(2);
+  constexpr int kProbeTag = 7101;
+  static std::once_flag once;
+  static std::string verdict;
+  std::call_once(once, [&] {
+    const int n = rt.world_size(), me = rt.world_rank();
+    if (g_liveness == MPI_COMM_NULL || n < 2 || rt.thread_level() != ThreadLevel::kMultiple) return;
+    std::vector<char> heard(static_cast<std::size_t>(n), 0);
+    const char ping = 1;
+    std::vector<MPI_Request> recvs(static_cast<std::size_t>(n), MPI_REQUEST_NULL);
+    std::vector<MPI_Request> sends(static_cast<std::size_t>(n), MPI_REQUEST_NULL);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      MPI_Irecv(&heard[r], 1, MPI_CHAR, r, kProbeTag, g_liveness, &recvs[r]);
+      MPI_Isend(&ping, 1, MPI_CHAR, r, kProbeTag, g_liveness, &sends[r]);
+    }
+    const auto deadline = Clock::now() + kProbeWindow;
+    while (Clock::now() < deadline) {
+      int all = 0;
+      if (MPI_Testall(n, recvs.data(), &all, MPI_STATUSES_IGNORE) != MPI_SUCCESS || all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto& hosts = rt.impl().hosts;
+    std::map<std::string, std::vector<int>> silent, ranks_of;  // by host
+    for (int r = 0; r < n; ++r) {
+      ranks_of[hosts[r]].push_back(r);
+      int done = 1;
+      if (r != me && recvs[r] != MPI_REQUEST_NULL) MPI_Test(&recvs[r], &done, MPI_STATUS_IGNORE);
+      if (!done) silent[hosts[r]].push_back(r);
+    }
+    verdict = "; liveness probe (" + std::to_string(kProbeWindow.count()) + "s): ";
+    if (silent.empty()) {
+      verdict += "every rank answered (they are alive: one hangs or issued another collective)";
+      return;
+    }
+    verdict += "no answer from";
+    for (const auto& [host, ranks] : silent) {
+      std::string list;
+      for (int r : ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
+      verdict += " rank" + std::string(ranks.size() > 1 ? "s " : " ") + list + " on node " + host;
+      verdict += ranks.size() == ranks_of[host].size()
+                     ? " (all its ranks: node " + host + " is down or unreachable, or they hang);"
+                     : " (dead, or alive outside this collective);";
+    }
+    verdict.pop_back();
+  });
+  return verdict;
+}
+}  // namespace
+
 std::string world_peers() {
   Runtime* rt = g_runtime.load();
   if (!rt) return "";
@@ -162,7 +225,7 @@ std::string world_peers() {
   for (std::size_t r = 0; r < hosts.size() && r < 16; ++r)
     s += " " + std::to_string(r) + "@" + hosts[r];
   if (hosts.size() > 16) s += " ...";
-  return s;
+  return s + unanswered_peers(*rt);
 }
 
 [[noreturn]] void throw_mpi_error(int code, const char* expression,
@@ -224,6 +287,8 @@ Runtime::Runtime(int& argc, char**& argv) : impl_(std::make_unique<Impl>()) {
   }
   MIRROR_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->control));
   MIRROR_MPI_CHECK(MPI_Comm_set_errhandler(impl_->control, MPI_ERRORS_RETURN));
+  MIRROR_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_liveness));  // Note [Liveness probe]
+  MIRROR_MPI_CHECK(MPI_Comm_set_errhandler(g_liveness, MPI_ERRORS_RETURN));
   MIRROR_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_,
                                        MPI_INFO_NULL, &impl_->local));
   MIRROR_MPI_CHECK(MPI_Comm_set_errhandler(impl_->local, MPI_ERRORS_RETURN));
@@ -247,6 +312,7 @@ Runtime::~Runtime() {
   std::lock_guard lock(detail::mpi_mutex());
   if (impl_->local != MPI_COMM_NULL) MPI_Comm_free(&impl_->local);
   if (impl_->control != MPI_COMM_NULL) MPI_Comm_free(&impl_->control);
+  if (g_liveness != MPI_COMM_NULL) MPI_Comm_free(&g_liveness);
   if (impl_->owns_mpi) MPI_Finalize();
 }
 

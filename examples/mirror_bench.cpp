@@ -3,17 +3,24 @@
 //                          [--backend auto|mpi|nccl] [--allow-gpu-sharing]
 //   mirror-bench train --model cnn|gru-rows --replicas 1,2 [--devices cpu|gpu] [--json FILE]
 //                      (starts its own jobs)
+//   mirror-bench predict --profile bench.json [--intra nvlink4] [--inter ib-ndr|--inter-sweep F]
+//                        [--gpus-per-node 8] [--nodes 1,2,...,128] (no MPI; docs/scaling.md)
 // Run it under mpirun / launch/mirrorrun; rank 0 prints the table.
 #include <boost/program_options.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "mirror/distributed/runtime.h"
+#include "mirror/distributed/strategy.h"
+#include "mirror/error.h"
 #include "tools/allreduce_sweep.h"
+#include "tools/scaling_model.h"
 #include "tools/train_bench.h"
 
 namespace po = boost::program_options;
@@ -148,6 +155,142 @@ int run_train(int argc, char** argv) {
   }
 }
 
+// ------------------------------------------------------------------ predict
+
+std::vector<int> parse_int_list(const std::string& text, const char* flag) {
+  std::vector<int> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MIRROR_CHECK(used == item.size() && !item.empty(), mirror::InvalidArgument,
+                 std::string(flag) + " expects numbers separated by commas, got '" + text + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  MIRROR_CHECK(in.good(), mirror::InvalidArgument,
+               std::string(what) + " '" + path + "' cannot be read");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_predict_plot(const std::vector<mirror::dist::ScalingRow>& rows, const std::string& what,
+                        const mirror::dist::LinkModel& inter, const std::string& png) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::cout << "plot: skipped (gnuplot is not installed)\n";
+    return;
+  }
+  const std::string dat = png + ".dat", gp = png + ".gp";
+  std::ofstream(dat) << mirror::dist::scaling_plot_data(rows);
+  std::ofstream(gp) << mirror::dist::scaling_gnuplot(
+      "mirror-bench predict: " + what + ", network " + inter.name, png, dat);
+  const int rc = std::system(("gnuplot '" + gp + "'").c_str());
+  std::cout << (rc == 0 ? "plot: " + png : "plot: gnuplot failed; data in " + dat) << "\n";
+}
+
+int predict_main(int argc, char** argv) {
+  std::string profile_path, intra = "nvlink4", inter = "ib-ndr", sweep,
+                            nodes = "1,2,4,8,16,32,64,128";
+  std::string compression = "none", json_path, plot_path;
+  int replicas = 0, gpus = 8, nics = 1;
+  double compute_scale = 1.0;
+  mirror::dist::PredictOptions o;
+  po::options_description desc(
+      "mirror-bench predict: step time, exposed communication and scaling efficiency of "
+      "MirroredStrategy on nodes x GPUs, ring and hierarchical all-reduce, from a measured "
+      "single-replica profile and alpha-beta link models (docs/scaling.md).\n"
+      "Record the profile with: launch/mirrorrun -np 2 build/bin/mirror-bench train --replicas 2 "
+      "--json prof.json\n\nOptions");
+  auto add = desc.add_options();
+  add("help,h", "show this help");
+  add("profile", po::value(&profile_path), "mirror-bench train --json output (required)");
+  add("replicas", po::value(&replicas)->default_value(replicas),
+      "the profile row to use (0: the smallest count > 1)");
+  add("intra", po::value(&intra)->default_value(intra),
+      "link between a node's GPUs: nvlink4, pcie4, ib-hdr, ib-ndr, 25gbe, 100gbe or ALPHA_US:GBIT");
+  add("inter", po::value(&inter)->default_value(inter), "a node's network link (same choices)");
+  add("inter-sweep", po::value(&sweep),
+      "fit the network link to a saved mirror-bench allreduce table across nodes instead");
+  add("compute-scale", po::value(&compute_scale)->default_value(compute_scale),
+      "multiply the profile's times (0.5: a device twice as fast as the profiled one)");
+  add("nics", po::value(&nics)->default_value(nics), "network links per node (bandwidth x N)");
+  add("gpus-per-node", po::value(&gpus)->default_value(gpus), "GPUs (ranks) per node");
+  add("nodes", po::value(&nodes)->default_value(nodes), "node counts");
+  add("overlap", po::value(&o.overlap)->default_value(o.overlap),
+      "buckets start when ready (0: after backward)");
+  add("compression", po::value(&compression)->default_value(compression),
+      "none, fp16 or bf16 (half the bytes on the wire)");
+  add("json", po::value(&json_path), "also write the rows as JSON");
+  add("plot", po::value(&plot_path), "PNG of efficiency and exposed comm vs ranks (gnuplot)");
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc))
+                  .options(desc)
+                  .run(),
+              vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    po::notify(vm);
+    MIRROR_CHECK(!profile_path.empty(), mirror::InvalidArgument,
+                 "--profile FILE is required (the JSON of mirror-bench train --json)");
+    MIRROR_CHECK(nics >= 1, mirror::InvalidArgument, "--nics must be >= 1");
+    o.wire_factor = mirror::dist::parse_compression(compression) == mirror::dist::Compression::kNone
+                        ? 1.0
+                        : 0.5;
+    const auto node_counts = parse_int_list(nodes, "--nodes");
+    const auto intra_link = mirror::dist::parse_link(intra);
+    auto inter_link = mirror::dist::parse_link(inter);
+    if (!sweep.empty()) {
+      const auto table = mirror::dist::parse_sweep_table(read_text(sweep, "--inter-sweep"));
+      inter_link = mirror::dist::fit_ring_sweep(table.points, table.ranks, "sweep");
+    }
+    inter_link.gbit_s *= nics;
+    nlohmann::json list;
+    try {
+      list = nlohmann::json::parse(read_text(profile_path, "--profile"));
+    } catch (const nlohmann::json::exception& e) {
+      throw mirror::DataError("--profile '" + profile_path + "' is not JSON: " + e.what());
+    }
+    const auto profile = mirror::dist::scale_profile(
+        mirror::dist::profile_from_bench_row(mirror::dist::pick_bench_row(list, replicas)),
+        compute_scale);
+    const auto rows =
+        mirror::dist::predict_scaling(profile, intra_link, inter_link, gpus, node_counts, o);
+    std::cout << mirror::dist::format_scaling_table(profile, intra_link, inter_link, o, rows);
+    if (!json_path.empty()) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& r : rows) {
+        out.push_back({{"nodes", r.nodes},
+                       {"gpus_per_node", r.gpus_per_node},
+                       {"ring_step_ms", r.ring.step_ms},
+                       {"ring_exposed_ms", r.ring.exposed_ms},
+                       {"ring_efficiency", r.ring.efficiency},
+                       {"hierarchical_step_ms", r.hierarchical.step_ms},
+                       {"hierarchical_exposed_ms", r.hierarchical.exposed_ms},
+                       {"hierarchical_efficiency", r.hierarchical.efficiency}});
+      }
+      std::ofstream(json_path) << out.dump(2) << "\n";
+    }
+    if (!plot_path.empty()) write_predict_plot(rows, profile.description, inter_link, plot_path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mirror-bench predict: %s (see --help)\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
 // ------------------------------------------------------------------ the table
 
 struct Subcommand {
@@ -163,6 +306,8 @@ const Subcommand kSubcommands[] = {
      run_allreduce},
     {"train", "scaling of MirroredStrategy steps over 1, 2, ... ranks (relaunches itself)", nullptr,
      run_train},
+    {"predict", "predicted step time and scaling on nodes x GPUs from a train profile (no MPI)",
+     nullptr, predict_main},
 };
 
 void usage(std::FILE* to) {

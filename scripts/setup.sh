@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
+  iproute2 util-linux
   libopenmpi-dev openmpi-bin
   libdnnl-dev
   libboost-program-options-dev zlib1g-dev nlohmann-json3-dev

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds (CUDA backend too when nvcc exists), and
-# runs every ctest label that can run here (unit, mpi, e2e; gpu tests skip without a GPU and
-# are reported as skipped, never as passed).
+# runs every ctest label that can run here (unit, mpi, e2e, cluster; gpu tests skip without a
+# GPU and cluster tests without network namespaces, i.e. not root: both are reported as
+# skipped, never as passed).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"

@@ -100,6 +100,13 @@ data::Batch make_batch(const data::Dataset& ds, int rank, int world, std::int64_
   return b;
 }
 
+nlohmann::json bucket_timings_json(const TrainBenchRow& r) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& b : r.bucket_timings)
+    list.push_back({{"bytes", b.bytes}, {"launch_ms", b.launch_ms}, {"done_ms", b.done_ms}});
+  return list;
+}
+
 nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
   return {{"model", o.model},
           {"replicas", r.replicas},
@@ -123,7 +130,8 @@ nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
           {"overlap", o.overlap},
           {"compression", o.compression},
           {"replicas_identical", r.replicas_identical},
-          {"compute_only_efficiency", r.compute_only_efficiency}};
+          {"compute_only_efficiency", r.compute_only_efficiency},
+          {"bucket_timings", bucket_timings_json(r)}};
 }
 
 double process_cpu_ms() {
@@ -178,6 +186,19 @@ std::vector<data::Batch> make_pool(const TrainBenchOptions& o, int rank, int wor
   return pool;
 }
 
+/// Adds one step's bucket launch / completion times to the row's sums (launch order).
+void add_bucket_timings(TrainBenchRow& row, const StepTiming& t, const BucketPlan& plan) {
+  if (row.bucket_timings.size() < t.buckets.size()) row.bucket_timings.resize(t.buckets.size());
+  for (std::size_t i = 0; i < t.buckets.size(); ++i) {
+    const auto& b = t.buckets[i];
+    auto& out = row.bucket_timings[i];
+    if (b.index >= 0 && static_cast<std::size_t>(b.index) < plan.buckets.size())
+      out.bytes = plan.buckets[static_cast<std::size_t>(b.index)].bytes();
+    out.launch_ms += b.launch_ms;
+    out.done_ms += b.done_ms;
+  }
+}
+
 /// Warm-up, then the timed steps; per-step averages, the slowest rank's.
 TrainBenchRow time_steps(Runtime& rt, MirroredStrategy& s, const std::vector<data::Batch>& pool,
                          const TrainBenchOptions& o, Device device) {
@@ -203,6 +224,11 @@ TrainBenchRow time_steps(Runtime& rt, MirroredStrategy& s, const std::vector<dat
     row.optimizer_ms += r.timing.optimizer_ms;
     row.buckets = r.buckets;
     row.overlapped_buckets = r.overlapped_buckets;
+    add_bucket_timings(row, r.timing, s.plan());
+  }
+  for (auto& b : row.bucket_timings) {
+    b.launch_ms /= o.steps;
+    b.done_ms /= o.steps;
   }
   const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   row.cpu_ms = max_over_ranks(rt, (process_cpu_ms() - cpu_start) / o.steps);
@@ -363,6 +389,8 @@ TrainBenchRow row_from_json(const nlohmann::json& j) {
   r.buckets = j.at("buckets");
   r.overlapped_buckets = j.at("overlapped_buckets");
   r.replicas_identical = j.at("replicas_identical");
+  for (const auto& b : j.value("bucket_timings", nlohmann::json::array()))
+    r.bucket_timings.push_back({b.at("bytes"), b.at("launch_ms"), b.at("done_ms")});
   return r;
 }
 

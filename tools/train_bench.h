@@ -64,6 +64,15 @@ struct TrainBenchRow {
   /// With --baseline: the same ranks training without communication, as scaling_efficiency
   /// (the ceiling the mirrored run can reach on this machine); 0 = not measured.
   double compute_only_efficiency = 0;
+  /// Per bucket (in launch order, rank 0, means over the timed steps): its bytes as reduced
+  /// (before compression), and when it was launched and first seen complete, in ms from the
+  /// start of the step. With overlap on, launch_ms is when its gradients became ready during
+  /// backward: the profile `mirror-bench predict` reads (docs/scaling.md).
+  struct BucketTiming {
+    std::size_t bytes = 0;
+    double launch_ms = 0, done_ms = 0;
+  };
+  std::vector<BucketTiming> bucket_timings;
 };
 
 /// The plot's data: per row, replicas, samples/s, ideal samples/s (linear from the first row),
