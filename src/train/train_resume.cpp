@@ -211,11 +211,24 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
 }
 
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
-  if (!is_root() || !checkpoints) return;
-  auto span = trace.span("checkpoint", "io");
+  if (config.checkpoint_dir.empty()) return;
   NamedTensors tensors;
   for (nn::Parameter* p : strategy->model(0).parameters()) tensors[p->name] = p->value;
   for (auto& [name, t] : strategy->optimizer(0).state()) tensors[kOptimizerPrefix + name] = t;
+  // Note [Failed runs] (trainer_fit.cpp): every rank checks its identical replica, so all stop
+  // together, and the newest checkpoint on disk stays one that --resume accepts.
+  for (const auto& [name, t] : tensors) {
+    if (const std::int64_t i = first_non_finite(t); i >= 0) {
+      throw JobStopped("training stopped at step " + std::to_string(next.global_step) +
+                           ": the checkpoint would hold a non-finite value in '" + name +
+                           "' (element " + std::to_string(i) +
+                           "), so it was not written; the values overflowed float32: lower --lr "
+                           "or scale the data (inputs and targets of order 1 train best)",
+                       1, is_root());
+    }
+  }
+  if (!is_root() || !checkpoints) return;
+  auto span = trace.span("checkpoint", "io");
   Metadata m;
   m["mirror.version"] = MIRROR_VERSION;
   m["mirror.epoch"] = std::to_string(next.epoch);

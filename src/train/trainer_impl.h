@@ -29,6 +29,7 @@ namespace mirror::train {
 struct ConfigTask {
   Task task;
   std::string name;
+  std::vector<std::string> warnings;  // about the data (Note [Data magnitude]); rank 0 prints
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
 /// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
@@ -37,6 +38,7 @@ ConfigTask task_from_config(const TrainConfig& config);
 
 struct DataSplits {
   std::shared_ptr<const data::Dataset> train, test;  // test null when no test files are named
+  std::vector<std::string> warnings;                 // Note [Data magnitude] (train_own_data.cpp)
 };
 /// The user's data files named by the config (arrays, CSV or token text).
 DataSplits load_own_data(const TrainConfig& config);
@@ -154,6 +156,10 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
+/// Note [Telemetry failures] (trainer_observers.cpp): prints one warning naming `e` (the path and
+/// the system's reason) and that `what` is no longer written.
+void warn_telemetry_failure(const std::exception& e, const std::string& what);
+
 /// The observers of a run, in the order they are told: trace, progress, JSON log, TensorBoard
 /// scalars (rank 0, with --tensorboard), checkpoints.
 std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
@@ -186,6 +192,11 @@ struct Trainer::Impl {
   void check_model_output();
   void check_step_memory() const;  // Note [Step memory] (step_memory.h)
   void make_strategy();
+  void check_global_batch(int world_replicas) const;
+  /// Rank 0: creates the checkpoint folder, opens the JSON log, and tries the trace and
+  /// TensorBoard paths, so that an unwritable path fails before training (Note [Telemetry
+  /// failures], trainer_observers.cpp).
+  void open_outputs();
   void make_loaders();
   StartPoint restore();
   // restore's parts (train_resume.cpp)
@@ -206,6 +217,7 @@ struct Trainer::Impl {
   StepEvent train_step(EpochRun& run, std::vector<data::Batch>& batches, std::int64_t step,
                        std::int64_t global_step);
   void record_step(EpochRun& run, StepEvent& event);
+  void check_step_health(const StepEvent& event, int& skipped_in_a_row) const;
   EpochEvent end_epoch(EpochRun& run, std::int64_t global_step);
   std::optional<MetricSums> evaluate();
   FitSummary finish(const FitSummary& partial);
