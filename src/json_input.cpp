@@ -21,7 +21,10 @@ json parse_bounded(std::string_view text, const std::string& what) {
   // The keys of each open object: a repeated key would otherwise keep its last value silently.
   std::vector<std::set<std::string>> keys;
   const json::parser_callback_t limit = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxJsonDepth) throw TooDeep{};
+    // A container opening at `depth` (containers around it) is level depth + 1.
+    const bool opens =
+        event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth + 1 > kMaxJsonDepth) throw TooDeep{};
     if (event == json::parse_event_t::object_start) keys.emplace_back();
     if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
     if (event == json::parse_event_t::key && !keys.empty() &&
