@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "mirror/distributed/preemption.h"
 #include "mirror/distributed/runtime.h"
@@ -255,16 +256,25 @@ int main(int argc, char** argv) {
       [&](mirror::dist::Runtime& runtime) {
         // After MPI start-up, so these handlers are the ones in place (Note [Preemption]).
         mirror::dist::install_stop_handlers();
-        try {
-          mirror::train::Trainer trainer(runtime, config);
-          return trainer.fit().preempted ? mirror::dist::kExitPreempted : 0;
-        } catch (const mirror::train::JobStopped& e) {
-          // Note [Agreed errors]: every rank stops here together; no MPI_Abort needed.
-          if (e.speaker()) {
+        auto stop = [&](const std::exception& e, int code, bool speaker) {
+          if (speaker) {
             std::cerr << "[mirror rank " << runtime.world_rank()
                       << "] fatal: " << mirror::message_for(e) << std::endl;
           }
-          return e.exit_code();
+          return code;
+        };
+        std::optional<mirror::train::Trainer> trainer;
+        try {
+          trainer.emplace(runtime, config);
+          return trainer->fit().preempted ? mirror::dist::kExitPreempted : 0;
+        } catch (const mirror::train::JobStopped& e) {
+          // Note [Agreed errors]: every rank stops here together; no MPI_Abort needed.
+          return stop(e, e.exit_code(), e.speaker());
+        } catch (const mirror::Error& e) {
+          // Alone, any error of the set-up is a set-up error; with several ranks only the agreed
+          // ones are (the others abort the job, in run_main).
+          if (runtime.world_size() > 1 || trainer) throw;
+          return stop(e, mirror::train::kExitSetupFailed, true);
         }
       },
       run_options);

@@ -139,7 +139,8 @@ inline constexpr int kExitSetupFailed = 3;
 /// Note [Agreed errors]: an error that every rank of the job raised together, after agreeing on
 /// it (a set-up check, a diverged loss). No rank is left waiting in a collective, so the program
 /// prints it once (on the rank whose speaker() is true) and exits with exit_code() on every
-/// rank, instead of aborting the job (MPI_Abort: exit code 1 and Open MPI's noise).
+/// rank, instead of aborting the job (MPI_Abort: exit code 1 and Open MPI's noise). In a job of
+/// one rank the Trainer's set-up errors keep their own type (InvalidArgument, DataError, ...).
 class JobStopped : public Error {
  public:
   JobStopped(const std::string& message, int exit_code, bool speaker)
