@@ -242,6 +242,31 @@ TEST(MetricsLogFailures, AppendingCutsATornLastLine) {
   EXPECT_EQ(std::filesystem::file_size(path), 0u);
 }
 
+TEST(StepMemory, ParameterFloorOfDenseAndEmbeddingLayersFromTheSpec) {
+  const auto spec = nlohmann::json::parse(R"({"layers": [
+      {"type": "embedding", "input_dim": 1000, "output_dim": 32},
+      {"type": "gru", "units": 64},
+      {"type": "dense", "units": 100, "activation": "relu"},
+      {"type": "dropout", "rate": 0.5},
+      {"type": "dense", "units": 10}]})");
+  // 1000 x 32 + (gru: 0) + 100 x 1 (inputs unknown) + 10 x 100.
+  EXPECT_EQ(train::parameter_floor(spec), 32000u + 100u + 1000u);
+  EXPECT_EQ(train::parameter_floor(nlohmann::json::parse(R"({"layers": "x"})")), 0u);
+  const auto huge = nlohmann::json::parse(
+      R"({"layers": [{"type": "dense", "units": 4000000000000000000},
+                     {"type": "dense", "units": 4000000000000000000}]})");
+  EXPECT_EQ(train::parameter_floor(huge), std::uint64_t{1} << 62);  // capped, no wrap-around
+  const train::StepMemory m = train::parameter_memory(1000, 2, 2);
+  EXPECT_EQ(m.total(), 2u * 1000u * 4u * 4u);  // 2 replicas x (value, gradient, 2 Adam slots)
+  try {
+    train::check_step_memory(m, 1000, "a budget", "Shrink the layers.");
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("the model needs at least"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("Shrink the layers."), std::string::npos);
+  }
+}
+
 TEST(StepMemory, AddsBatchActivationsAndOptimizerState) {
   testing_util::Blobs data(100, 3, 1);  // 6 float features, class labels
   nn::Sequential model = testing_util::blob_model(Device::cpu(), 1, 3, 8);  // 6 -> 8 -> 3

@@ -188,6 +188,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     runtime.check_same_across_ranks("model description", task.model_description);
   });
 
+  agree_on_setup(runtime, [&] { check_parameter_memory(); });  // before any replica is built
   make_strategy();
   uniform_setup(runtime, [&] { check_model_output(); });
   agree_on_setup(runtime, [&] { check_step_memory(); });  // before the loaders allocate batches
@@ -306,23 +307,44 @@ void Trainer::Impl::check_model_output() {
                    ": make the model's last layer " + std::to_string(want) + " wide");
 }
 
+int Trainer::Impl::optimizer_slots() const {
+  return config.optimizer == "sgd" ? (config.momentum != 0 ? 1 : 0) : 2;
+}
+
 void Trainer::Impl::check_step_memory() const {
   const Device first = selection.devices.front();
-  const int local = strategy->local_replicas();
   const std::int64_t per_replica = global_batch / strategy->world_replicas();
   const std::int64_t micro = (per_replica + config.accumulation - 1) / config.accumulation;
-  const int slots = config.optimizer == "sgd" ? (config.momentum != 0 ? 1 : 0) : 2;
-  const StepMemory need =
-      estimate_step_memory(strategy->model(0), *task.train, micro, local, slots, first.is_cpu());
+  check_host_memory(
+      estimate_step_memory(strategy->model(0), *task.train, micro, strategy->local_replicas(),
+                           optimizer_slots(), first.is_cpu()),
+      "");
+}
+
+// Note [Parameter floor] (step_memory.h): before the replicas are built.
+void Trainer::Impl::check_parameter_memory() const {
+  if (!from_config || !selection.devices.front().is_cpu()) return;
+  const auto spec = nlohmann::json::parse(task.model_description, nullptr, false);
+  const std::uint64_t floor = parameter_floor(spec);
+  const int local = static_cast<int>(selection.devices.size());
+  check_host_memory(parameter_memory(floor, local, optimizer_slots()),
+                    "The model '" + model_name + "' has at least " + std::to_string(floor) +
+                        " parameters (its dense and embedding layers alone): make those layers "
+                        "smaller (dense units; an embedding's input_dim, which is the largest "
+                        "token id + 1 unless stated)");
+}
+
+void Trainer::Impl::check_host_memory(const StepMemory& need, const std::string& advice) const {
   const MemoryPolicy& policy = selection.memory_policy;
-  if (first.is_cpu() && policy.kind == MemoryPolicy::Kind::kLimit) {
+  if (selection.devices.front().is_cpu() && policy.kind == MemoryPolicy::Kind::kLimit) {
     StepMemory one = need;  // the limit is per replica (each CPU replica has its allocator)
     one.replicas = 1;
-    train::check_step_memory(one, policy.limit_bytes, "--memory " + policy.str() + " per replica");
+    train::check_step_memory(one, policy.limit_bytes, "--memory " + policy.str() + " per replica",
+                             advice);
   }
   // Every rank on this host runs the same step at the same time.
   StepMemory host = need;
-  host.replicas = local * runtime.local_size();
+  host.replicas = need.replicas * runtime.local_size();
   const std::size_t available = host_available_bytes();
   const auto budget =
       static_cast<std::uint64_t>(static_cast<double>(available) * kCpuGrowthCapFraction);
@@ -331,7 +353,8 @@ void Trainer::Impl::check_step_memory() const {
   train::check_step_memory(host, budget,
                            std::string(pct) + " of this host's available memory (MemAvailable " +
                                std::to_string(available >> 20) + " MiB, " +
-                               std::to_string(runtime.local_size()) + " rank(s) on it)");
+                               std::to_string(runtime.local_size()) + " rank(s) on it)",
+                           advice);
 }
 
 void Trainer::Impl::make_loaders() {

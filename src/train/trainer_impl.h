@@ -20,6 +20,7 @@
 #include "mirror/train/metrics_log.h"
 #include "mirror/train/trace.h"
 #include "mirror/train/trainer.h"
+#include "train/step_memory.h"
 
 namespace mirror::train {
 
@@ -190,7 +191,13 @@ struct Trainer::Impl {
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
   void check_model_output();
-  void check_step_memory() const;  // Note [Step memory] (step_memory.h)
+  void check_step_memory() const;       // Note [Step memory] (step_memory.h)
+  void check_parameter_memory() const;  // Note [Parameter floor] (step_memory.h)
+  /// Throws OutOfMemory when `need` (per local replica) exceeds the --memory limit of a CPU
+  /// replica or the host's share for every replica of every local rank; `advice` as in
+  /// train::check_step_memory.
+  void check_host_memory(const StepMemory& need, const std::string& advice) const;
+  int optimizer_slots() const;  // per parameter: Adam 2, SGD with momentum 1
   void make_strategy();
   void check_global_batch(int world_replicas) const;
   /// Rank 0: creates the checkpoint folder, opens the JSON log, and tries the trace and

@@ -3,7 +3,8 @@
 # did not have, never crashes on hostile input, and names the problem and the value.
 #   - hostile JSON: 70,000-deep nesting (config and spec), repeated keys, wrong types;
 #   - flags: no prefix matching (--epoch), --seed -1, --momentum 5, --threads 100000,
-#     --comm-timeout inf, --accumulation larger than the batch;
+#     --comm-timeout inf, --accumulation larger than the batch, a dense of 10^9 units or a token
+#     id of 2*10^9 (refused with the memory estimate before allocating, not std::bad_alloc);
 #   - set-up errors exit with code 3 (not 1) and, with 2 ranks, without Open MPI's abort noise;
 #   - a run that only skips steps (--lr 1e30) or whose data would overflow float32 fails;
 #   - telemetry on a full disk (/dev/full, a 64 KiB tmpfs) warns and the run still reports;
@@ -47,6 +48,9 @@ npy("ybig.npy", "<i8", (64,), [1000000 if i == 5 else i % 3 for i in range(64)])
 json.dump({"layers": [{"type": "dense", "units": 16, "activation": "relu"}, {"type": "dense"}]},
           open("mlp.json", "w"))
 json.dump({"layers": [{"type": "dense", "units": 1}]}, open("reg.json", "w"))
+json.dump({"layers": [{"type": "dense", "units": 1000000000, "activation": "relu"}, {"type": "dense"}]},
+          open("dense1e9.json", "w"))
+open("tokens.txt", "w").write("0 1 2 3\n1 4 5 2000000000\n2 3 3\n0 2 2\n")
 open("deep.json", "w").write("[" * 70000 + "]" * 70000)
 open("deepfield.json", "w").write('{"layers": [], "comment": ' + "[" * 80000 + "]" * 80000 + "}")
 open("nul.csv", "wb").write(b"a,b,label\n1,2,0\n3,4\x00junk,1\n")
@@ -84,6 +88,13 @@ expect open-errno 3 'cannot open nope.npy: No such file or directory' -- --model
 expect csv-nul 3 "'4\\\\x00junk' is not a number" -- --model-spec mlp.json --train-csv nul.csv "${own[@]}"
 expect csv-wide 3 'characters in all' -- --model-spec mlp.json --train-csv wide.csv "${own[@]}"
 [ "$(wc -c <csv-wide.out)" -lt 2000 ] || fail "csv-wide: the error output is $(wc -c <csv-wide.out) bytes"
+
+# Layers too large to build: refused with the estimate before anything is allocated (was
+# "fatal: std::bad_alloc"); the --memory limit makes the outcome independent of the host.
+expect dense-1e9 3 'the model needs at least 59.60 GiB .* more than --memory limit=1073741824 per replica .*nothing was allocated.* at least 4000000000 parameters' -- \
+  --model-spec dense1e9.json --train-x x.npy --train-y y.npy "${own[@]}" --memory limit=1G
+expect token-2e9 3 "the model needs at least .* more than --memory limit.*'gru-words' has at least 64000000035 parameters" -- \
+  --model gru-words --train-tokens tokens.txt --devices cpu --threads 1 --no-progress --batch-size 2 --memory limit=1G
 
 # ---- runs that reported success but learned nothing (item 4)
 expect skipping 1 'training stopped at step [0-9]+ \(epoch 1\): 3 steps in a row were skipped' -- \
