@@ -8,6 +8,7 @@
 
 #include "mirror/error.h"
 #include "mirror/json_input.h"
+#include "mirror/memory.h"
 #include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
 
@@ -232,6 +233,11 @@ void TrainConfig::validate() const {
               startup_timeout_s <= kMaxTimeoutS,
           "--startup-timeout must be seconds from 0 (no watchdog) to " + number_text(kMaxTimeoutS) +
               " (a week), got " + number_text(startup_timeout_s));
+  try {
+    MemoryPolicy::parse(memory);  // a typo fails with the flags, before MPI starts
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("--memory: ") + e.what());
+  }
   require(max_skipped_steps >= 0, "--max-skipped-steps must be >= 0 (0 = never stop), got " +
                                       std::to_string(max_skipped_steps));
   require(bucket_mb > 0 && first_bucket_mb > 0,

@@ -1,5 +1,6 @@
 // The user's own data files named by mirror-train's flags: x/y arrays (.npy or IDX), CSV, or
 // token text, for the training split and optionally the test split.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -67,6 +68,29 @@ struct Peak {
 /// every checkpoint. Such data is refused at load; data far from order 1 trains badly and gets
 /// a warning.
 constexpr double kRefuseAbove = 1e18;
+
+/// Token ids far beyond the ids in use (one id of 5*10^7 among ids below 100): the embedding gets
+/// a row per id up to the largest, so such ids are almost always hashes or typos.
+void check_vocabulary(const data::Dataset& d, const std::string& split, DataSplits& out) {
+  if (d.vocab_size() <= 0) return;
+  std::set<std::int32_t> ids;
+  std::vector<std::int32_t> row;
+  for (std::int64_t i = 0; i < d.size() && ids.size() <= 100000; ++i) {
+    const std::int32_t n = d.length(i);
+    row.assign(static_cast<std::size_t>(std::max(n, 1)), 0);
+    d.decode_tokens(i, row.data(), std::max(n, 1));
+    ids.insert(row.begin(), row.begin() + n);
+  }
+  const auto distinct = static_cast<std::int64_t>(ids.size());
+  if (distinct > 100000 || d.vocab_size() <= 10 * distinct + 1000) return;
+  out.warnings.push_back("the " + split + " token ids take " + std::to_string(distinct) +
+                         " distinct values but the largest makes a vocabulary of " +
+                         std::to_string(d.vocab_size()) +
+                         " (largest id + 1): the embedding gets that many rows; renumber the "
+                         "ids 1.." +
+                         std::to_string(distinct) + " if they are hashes");
+}
+
 constexpr double kWarnAbove = 1e4;
 
 void check_magnitude(const data::Dataset& d, const std::string& split, DataSplits& out) {
@@ -102,6 +126,7 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
                              "standardising them");
     }
   }
+  check_vocabulary(d, split, out);
   const auto distinct = static_cast<std::int64_t>(labels.size());
   if (!float_targets && distinct > 0 && d.num_classes() > 10 * distinct + 100) {
     out.warnings.push_back("the " + split + " labels take " + std::to_string(distinct) +

@@ -3,6 +3,7 @@
 # did not have, never crashes on hostile input, and names the problem and the value.
 #   - hostile JSON: 70,000-deep nesting (config and spec), repeated keys, wrong types;
 #   - flags: no prefix matching (--epoch), --seed -1, --momentum 5, --threads 100000,
+#     --memory limit=99999999999999999999999,
 #     --comm-timeout inf, --accumulation larger than the batch, a dense of 10^9 units or a token
 #     id of 2*10^9 (refused with the memory estimate before allocating, not std::bad_alloc);
 #   - set-up errors exit with code 3 (not 1) and, with 2 ranks, without Open MPI's abort noise;
@@ -51,6 +52,7 @@ json.dump({"layers": [{"type": "dense", "units": 1}]}, open("reg.json", "w"))
 json.dump({"layers": [{"type": "dense", "units": 1000000000, "activation": "relu"}, {"type": "dense"}]},
           open("dense1e9.json", "w"))
 open("tokens.txt", "w").write("0 1 2 3\n1 4 5 2000000000\n2 3 3\n0 2 2\n")
+open("sparse_tokens.txt", "w").write("0 1 2 3\n1 4 5 300000\n2 3 3\n0 2 2\n")
 open("deep.json", "w").write("[" * 70000 + "]" * 70000)
 open("deepfield.json", "w").write('{"layers": [], "comment": ' + "[" * 80000 + "]" * 80000 + "}")
 open("nul.csv", "wb").write(b"a,b,label\n1,2,0\n3,4\x00junk,1\n")
@@ -79,10 +81,13 @@ echo '{"epochs": true}' >bool.json
 expect config-bool 2 "'epochs' must be an integer, got true" -- "${base[@]}" --config bool.json
 expect labels-sparse 0 'labels take 4 distinct values but make 1000001 classes' -- \
   --model-spec mlp.json --train-x x.npy --train-y ybig.npy "${own[@]}" --max-steps 1
+expect tokens-sparse 0 'token ids take 6 distinct values but the largest makes a vocabulary of 300001' -- \
+  --model gru-words --train-tokens sparse_tokens.txt --devices cpu --threads 1 --no-progress --batch-size 2 --max-steps 1
 
 # ---- unclear messages (item 7)
 expect comm-timeout-inf 2 'comm-timeout must be positive seconds, at most 604800 \(a week\), got inf' -- "${base[@]}" --comm-timeout inf
 expect comm-timeout-huge 2 'got 1e\+300' -- "${base[@]}" --comm-timeout 1e300
+expect memory-huge 2 "memory: byte count '99999999999999999999999' is more than 1 EiB" -- "${base[@]}" --memory limit=99999999999999999999999
 expect accumulation 3 'accumulation 100000000 splits each replica.s batch of 32 samples' -- "${base[@]}" --batch-size 32 --accumulation 100000000
 expect open-errno 3 'cannot open nope.npy: No such file or directory' -- --model-spec mlp.json --train-x nope.npy --train-y y.npy "${own[@]}"
 expect csv-nul 3 "'4\\\\x00junk' is not a number" -- --model-spec mlp.json --train-csv nul.csv "${own[@]}"
