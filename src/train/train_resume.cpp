@@ -307,26 +307,33 @@ std::string Trainer::Impl::find_checkpoint(std::string& found) {
 }
 
 StartPoint Trainer::Impl::restore() {
-  if (is_root()) check_checkpoint_dir();
-  if (config.resume.empty()) return {};
-  // Rank 0 finds and validates the newest valid checkpoint, then broadcasts its bytes.
+  // Rank 0 finds and validates the newest valid checkpoint, then broadcasts its bytes; what it
+  // refuses, every rank stops for (Note [Agreed errors], trainer.h).
   std::string bytes;
   std::string found;
-  if (is_root()) bytes = find_checkpoint(found);
+  agree_on_setup(runtime, [&] {
+    if (is_root()) check_checkpoint_dir();
+    if (is_root() && !config.resume.empty()) bytes = find_checkpoint(found);
+  });
+  if (config.resume.empty()) return {};
   std::int64_t size = static_cast<std::int64_t>(bytes.size());
   runtime.broadcast_bytes(std::as_writable_bytes(std::span<std::int64_t, 1>(&size, 1)), 0);
   if (size == 0) return {};  // --resume-or-start without a checkpoint (rank 0 said so)
   bytes.resize(static_cast<std::size_t>(size));
   runtime.broadcast_bytes(std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())), 0);
-  const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
-  const std::string source = is_root() ? found : "the checkpoint from " + config.resume;
-  try {
-    return load_checkpoint(file, found);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(source + " cannot be resumed: " + e.what());
-  } catch (const DataError& e) {
-    throw DataError(source + " cannot be resumed: " + e.what());
-  }
+  StartPoint start_at;
+  uniform_setup(runtime, [&] {  // every rank checks the same bytes against the same run
+    const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
+    const std::string source = is_root() ? found : "the checkpoint from " + config.resume;
+    try {
+      start_at = load_checkpoint(file, found);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(source + " cannot be resumed: " + e.what());
+    } catch (const DataError& e) {
+      throw DataError(source + " cannot be resumed: " + e.what());
+    }
+  });
+  return start_at;
 }
 
 std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const {

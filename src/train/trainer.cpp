@@ -51,6 +51,8 @@ std::string shape_text(const Shape& s) {
   return out + "]";
 }
 
+}  // namespace
+
 /// Note [Agreed errors] (trainer.h): runs a set-up phase that needs no collective on every rank,
 /// then agrees on its outcome in one all-gather. When it failed anywhere, every rank throws the
 /// first failing rank's message as a JobStopped with kExitSetupFailed; that rank prints it.
@@ -82,8 +84,6 @@ void uniform_setup(const dist::Runtime& rt, const std::function<void()>& check) 
     throw JobStopped(message_for(e), kExitSetupFailed, rt.world_rank() == 0);
   }
 }
-
-}  // namespace
 
 MetricSums MetricSums::of(dist::LossKind kind, const dist::StepResult& r) {
   MetricSums m;
@@ -199,6 +199,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
 
   // Every output path is tried now, before any training (Note [Telemetry failures]).
   agree_on_setup(runtime, [&] { open_outputs(); });
+  start = restore();  // a checkpoint that cannot be resumed is a set-up error too
   if (is_root()) {
     progress.message("[mirror] model " + model_name + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +

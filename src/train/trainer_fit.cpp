@@ -77,7 +77,7 @@ struct Trainer::Impl::EpochRun {
 };
 
 FitSummary Trainer::Impl::fit() {
-  const StartPoint start = restore();
+  // `start` comes from the constructor's restore() (a second fit() starts there again).
   runtime.barrier();  // line the ranks' trace clocks up
   trace.set_epoch_now();
   const auto observers = make_observers(*this);

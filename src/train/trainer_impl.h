@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -161,6 +162,15 @@ class Progress {
 /// the system's reason) and that `what` is no longer written.
 void warn_telemetry_failure(const std::exception& e, const std::string& what);
 
+/// Note [Agreed errors] (trainer.h): runs `phase` (no collective inside) on every rank, then
+/// agrees on its outcome in one all-gather; when it failed anywhere, every rank throws the first
+/// failing rank's message as a JobStopped with kExitSetupFailed, which that rank prints. Alone,
+/// the phase's own error is thrown as is.
+void agree_on_setup(dist::Runtime& rt, const std::function<void()>& phase);
+/// A set-up check whose outcome is the same on every rank by construction (a collective that
+/// compares ranks, a check of agreed values): its error becomes a JobStopped that rank 0 prints.
+void uniform_setup(const dist::Runtime& rt, const std::function<void()>& check);
+
 /// The observers of a run, in the order they are told: trace, progress, JSON log, TensorBoard
 /// scalars (rank 0, with --tensorboard), checkpoints.
 std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
@@ -187,6 +197,7 @@ struct Trainer::Impl {
   MetricsLog log;                                // rank 0 only
   TraceRecorder trace;
   Progress progress;
+  StartPoint start;  // where fit() begins: fresh, or the checkpoint restore() loaded
 
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;

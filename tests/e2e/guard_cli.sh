@@ -6,7 +6,8 @@
 #     --memory limit=99999999999999999999999,
 #     --comm-timeout inf, --accumulation larger than the batch, a dense of 10^9 units or a token
 #     id of 2*10^9 (refused with the memory estimate before allocating, not std::bad_alloc);
-#   - set-up errors exit with code 3 (not 1) and, with 2 ranks, without Open MPI's abort noise;
+#   - set-up errors exit with code 3 (not 1) and, with 2 ranks, without Open MPI's abort noise
+#     (a missing spec, a checkpoint folder of another run, a --resume folder without one);
 #   - a run that only skips steps (--lr 1e30) or whose data would overflow float32 fails;
 #   - telemetry on a full disk (/dev/full, a 64 KiB tmpfs) warns and the run still reports;
 #     a read-only checkpoint folder fails before training; a torn JSON-lines tail is cut on resume;
@@ -153,6 +154,21 @@ if command -v mpirun >/dev/null; then
   grep -q 'fatal: model spec nope.json' mpi-setup.out || fail "mpi-setup: no message"
   grep -qE 'ORTE_ERROR_LOG|MPI_ABORT' mpi-setup.out && fail "mpi-setup: Open MPI abort noise: $(grep -m2 -E 'ORTE|ABORT' mpi-setup.out)"
   [ "$failures" -eq 0 ] && echo "ok   mpi-setup (exit $rc, no abort noise)"
+  # Rank 0's checkpoint checks are agreed too: a folder of another run, a --resume without one.
+  "$train" "${base[@]}" --checkpoint-dir ck-other --max-steps 1 >/dev/null 2>&1 || fail "ck-other: the first run failed"
+  mkdir -p empty-ck
+  for case in "foreign:already holds 1 checkpoint:--checkpoint-dir ck-other" \
+              "no-checkpoint:--resume empty-ck holds no checkpoint:--resume empty-ck"; do
+    IFS=: read -r name pattern flags <<<"$case"
+    # shellcheck disable=SC2086
+    timeout -k 5 120 mpirun --oversubscribe --bind-to none -np 2 "$train" "${base[@]}" $flags >"mpi-$name.out" 2>&1
+    rc=$?
+    if [ "$rc" -ne 3 ] || ! grep -q "fatal: .*$pattern" "mpi-$name.out" || grep -q MPI_ABORT "mpi-$name.out"; then
+      fail "mpi-$name: exit code $rc (expected 3, '$pattern', no MPI_ABORT): $(tail -3 "mpi-$name.out")"
+    else
+      echo "ok   mpi-$name (exit 3, no abort noise)"
+    fi
+  done
 fi
 
 if [ "$failures" -ne 0 ]; then
