@@ -127,7 +127,7 @@ TEST(TrainConfigValidation, ValuesAcceptedSilentlyBeforeAreRefusedWithTheValue) 
   }
   c = valid_config();
   c.startup_timeout_s = std::numeric_limits<double>::infinity();
-  expect_invalid(c, "--startup-timeout must be seconds from 0");
+  expect_invalid(c, "--startup-timeout must be >= 0 seconds (0 = no watchdog) and at most 604800");
   c = valid_config();
   c.max_skipped_steps = -1;
   expect_invalid(c, "--max-skipped-steps must be >= 0");

@@ -231,8 +231,8 @@ void TrainConfig::validate() const {
               " (a week), got " + number_text(comm_timeout_s));
   require(std::isfinite(startup_timeout_s) && startup_timeout_s >= 0 &&
               startup_timeout_s <= kMaxTimeoutS,
-          "--startup-timeout must be seconds from 0 (no watchdog) to " + number_text(kMaxTimeoutS) +
-              " (a week), got " + number_text(startup_timeout_s));
+          "--startup-timeout must be >= 0 seconds (0 = no watchdog) and at most " +
+              number_text(kMaxTimeoutS) + " (a week), got " + number_text(startup_timeout_s));
   try {
     MemoryPolicy::parse(memory);  // a typo fails with the flags, before MPI starts
   } catch (const InvalidArgument& e) {
