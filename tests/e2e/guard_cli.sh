@@ -116,9 +116,9 @@ expect trace-full 0 'cannot write the trace file ./dev/full.: No space left on d
   "${base[@]}" --trace /dev/full
 grep -q 'weights fingerprint' trace-full.out || fail "trace-full: no summary after the trace failed"
 expect log-full 0 "cannot write the metrics log .\/dev/full.: No space left on device" -- \
-  "${base[@]}" --log-jsonl /dev/full --overwrite --checkpoint-dir ck-logfull
+  "${base[@]}" --log-jsonl /dev/full --overwrite --checkpoint-dir gck-logfull
 grep -q 'weights fingerprint' log-full.out || fail "log-full: no summary after the log failed"
-ls ck-logfull | grep -q safetensors || fail "log-full: no checkpoint after the log failed"
+ls gck-logfull | grep -q safetensors || fail "log-full: no checkpoint after the log failed"
 
 if [ "$(id -u)" -eq 0 ] && mkdir ro full && mount -t tmpfs -o ro,size=64k tmpfs ro 2>/dev/null; then
   trap 'umount "$work/ro" "$work/full" 2>/dev/null; rm -rf "$work"' EXIT
@@ -138,10 +138,10 @@ else
 fi
 
 # A torn last line (a crash before lines were written whole) is cut when --resume appends.
-"$train" "${base[@]}" --checkpoint-dir ck-torn --log-jsonl torn.jsonl --max-steps 1 >/dev/null 2>&1 ||
+"$train" "${base[@]}" --checkpoint-dir gck-torn --log-jsonl torn.jsonl --max-steps 1 >/dev/null 2>&1 ||
   fail "torn: the first run failed"
 printf '{"type": "step", "ste' >>torn.jsonl
-expect torn-resume 0 'cut a torn last line \(21 bytes\)' -- "${base[@]}" --checkpoint-dir ck-torn --resume ck-torn --log-jsonl torn.jsonl
+expect torn-resume 0 'cut a torn last line \(21 bytes\)' -- "${base[@]}" --checkpoint-dir gck-torn --resume gck-torn --log-jsonl torn.jsonl
 python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' torn.jsonl ||
   fail "torn-resume: the log still holds a torn line"
 
@@ -155,9 +155,9 @@ if command -v mpirun >/dev/null; then
   grep -qE 'ORTE_ERROR_LOG|MPI_ABORT' mpi-setup.out && fail "mpi-setup: Open MPI abort noise: $(grep -m2 -E 'ORTE|ABORT' mpi-setup.out)"
   [ "$failures" -eq 0 ] && echo "ok   mpi-setup (exit $rc, no abort noise)"
   # Rank 0's checkpoint checks are agreed too: a folder of another run, a --resume without one.
-  "$train" "${base[@]}" --checkpoint-dir ck-other --max-steps 1 >/dev/null 2>&1 || fail "ck-other: the first run failed"
+  "$train" "${base[@]}" --checkpoint-dir gck-other --max-steps 1 >/dev/null 2>&1 || fail "gck-other: the first run failed"
   mkdir -p empty-ck
-  for case in "foreign:already holds 1 checkpoint:--checkpoint-dir ck-other" \
+  for case in "foreign:already holds 1 checkpoint:--checkpoint-dir gck-other" \
               "no-checkpoint:--resume empty-ck holds no checkpoint:--resume empty-ck"; do
     IFS=: read -r name pattern flags <<<"$case"
     # shellcheck disable=SC2086

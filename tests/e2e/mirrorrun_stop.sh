@@ -2,6 +2,8 @@
 # launch/mirrorrun (issue 17, items 2 and 6): SIGUSR1, SIGTERM and SIGINT to mirrorrun each stop
 # every rank cleanly (exit code 5, a checkpoint), and mirrorrun exits only after mpirun and the
 # ranks have; --max-restarts does not restart a set-up error (exit code 3) and caps its back-off.
+# Folder names avoid ck* and early*: restart.sh, which may run at the same time (ctest -j), finds
+# its ranks by "--checkpoint-dir ck".
 # Usage: mirrorrun_stop.sh <build dir>. Exit 77 = skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 e2e_need_mpirun
@@ -14,7 +16,7 @@ args=(--model gru-rows --data synthetic --train-limit 2048 --test-limit 64 --bat
 # steps are logged, and checks the exit code, the checkpoint and that no rank outlives it.
 stop_with() {
   local sig="$1" name="stop-$1"
-  "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir "ck-$sig" --log-jsonl "$name.jsonl" \
+  "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir "stopped-$sig" --log-jsonl "$name.jsonl" \
     >"$name.out" 2>"$name.err" &
   local launcher=$!
   for _ in $(seq 1 1200); do
@@ -33,7 +35,7 @@ stop_with() {
   fi
   [ "$rc" -eq 5 ] || { fail "SIG$sig to mirrorrun: exit code $rc, not 5: $(tail -3 "$name.err")"; return; }
   grep -q 'every rank stopped after step' "$name.out" || { fail "SIG$sig: no stop line"; return; }
-  ls "ck-$sig" | grep -q safetensors || { fail "SIG$sig: no checkpoint"; return; }
+  ls "stopped-$sig" | grep -q safetensors || { fail "SIG$sig: no checkpoint"; return; }
   echo "ok   SIG$sig to mirrorrun: exit 5, checkpoint written, nothing left running"
 }
 stop_with USR1
@@ -43,7 +45,7 @@ stop_with INT
 # A set-up error is not restarted (exit code 3), however many restarts are allowed.
 start=$SECONDS
 MIRRORRUN_BACKOFF_S=1 "$mirrorrun" -np 2 --max-restarts 3 "$train" --model-spec missing.json \
-  --data synthetic --devices cpu --no-progress --checkpoint-dir ck-setup >setup.out 2>&1
+  --data synthetic --devices cpu --no-progress --checkpoint-dir stopped-setup >setup.out 2>&1
 rc=$?
 [ "$rc" -eq 3 ] || fail "set-up error under --max-restarts: exit code $rc, not 3: $(tail -3 setup.out)"
 grep -q 'restart 1 of 3' setup.out && fail "set-up error: mirrorrun restarted it"
@@ -58,7 +60,7 @@ exit 1
 EOS
 chmod +x fails.sh
 MIRRORRUN_BACKOFF_S=1 MIRRORRUN_MAX_BACKOFF_S=1 "$mirrorrun" -np 1 --max-restarts 3 ./fails.sh \
-  --checkpoint-dir ck-fail >fails.out 2>&1
+  --checkpoint-dir stopped-fail >fails.out 2>&1
 rc=$?
 [ "$rc" -eq 1 ] || fail "failing program: exit code $rc, not 1"
 waits=$(grep -o 'restart [0-9] of 3 in [0-9]* s' fails.out | awk '{print $6}' | tr '\n' ' ')
