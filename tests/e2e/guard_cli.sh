@@ -46,7 +46,7 @@ npy("x.npy", "<f4", (64, 8), x)
 npy("y.npy", "<i8", (64,), [i % 3 for i in range(64)])
 npy("xhuge.npy", "<f4", (64, 8), [v * 1e38 for v in x])
 npy("yhuge.npy", "<f4", (64,), [3e38 if i % 2 else -3e38 for i in range(64)])
-npy("ybig.npy", "<i8", (64,), [1000000 if i == 5 else i % 3 for i in range(64)])
+npy("ybig.npy", "<i8", (64,), [20000 if i == 5 else i % 3 for i in range(64)])
 json.dump({"layers": [{"type": "dense", "units": 16, "activation": "relu"}, {"type": "dense"}]},
           open("mlp.json", "w"))
 json.dump({"layers": [{"type": "dense", "units": 1}]}, open("reg.json", "w"))
@@ -80,7 +80,7 @@ echo '{"epochs": 1, "epochs": 2}' >repeat.json
 expect config-repeated 2 "the key 'epochs' appears twice" -- "${base[@]}" --config repeat.json
 echo '{"epochs": true}' >bool.json
 expect config-bool 2 "'epochs' must be an integer, got true" -- "${base[@]}" --config bool.json
-expect labels-sparse 0 'labels take 4 distinct values but make 1000001 classes' -- \
+expect labels-sparse 0 'labels take 4 distinct values but make 20001 classes' -- \
   --model-spec mlp.json --train-x x.npy --train-y ybig.npy "${own[@]}" --max-steps 1
 expect tokens-sparse 0 'token ids take 6 distinct values but the largest makes a vocabulary of 300001' -- \
   --model gru-words --train-tokens sparse_tokens.txt --devices cpu --threads 1 --no-progress --batch-size 2 --max-steps 1
