@@ -5,13 +5,17 @@
 // Every rank runs the same command; rank 0 prints progress and the summary.
 #include <boost/program_options.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "mirror/distributed/preemption.h"
 #include "mirror/distributed/runtime.h"
 #include "mirror/error.h"
+#include "mirror/json_input.h"
 #include "mirror/train/trainer.h"
 
 namespace po = boost::program_options;
@@ -71,8 +75,8 @@ po::options_description make_options() {
       "warmup-steps", po::value<std::int64_t>(), "linear warm-up steps")(
       "momentum", po::value<double>(), "SGD momentum (default 0.9)")(
       "weight-decay", po::value<double>(), "weight decay")(
-      "seed", po::value<std::uint64_t>(),
-      "seed of initialisation, data order and dropout (default 0)")(
+      "seed", po::value<std::string>(),
+      "seed of initialisation, data order and dropout: 0 to 2^64-1 (default 0)")(
       "devices", po::value<std::string>(), "auto | gpu | gpu:0,gpu:1 | cpu | cpu:N (default auto)")(
       "memory", po::value<std::string>(),
       "growth | preallocate=FRACTION | limit=BYTES (default growth)")(
@@ -91,7 +95,10 @@ po::options_description make_options() {
       "split | fail: on out-of-memory, retry with micro-batches (default split)")(
       "divergence-check-every", po::value<int>(),
       "compare replica weights every K steps (0 = never)")(
-      "checkpoint-dir", po::value<std::string>(), "write checkpoints here (rank 0)")(
+      "max-skipped-steps", po::value<int>(),
+      "stop the run (exit code 1) after K steps in a row skipped for non-finite gradients "
+      "(default 10; 0 = never)")("checkpoint-dir", po::value<std::string>(),
+                                 "write checkpoints here (rank 0)")(
       "checkpoint-every", po::value<std::int64_t>(),
       "checkpoint every N steps (default: each epoch)")("keep", po::value<int>(),
                                                         "checkpoints kept (default 3; 0 = all)")(
@@ -116,15 +123,11 @@ TrainConfig config_from(const po::variables_map& vm) {
     std::error_code ec;
     MIRROR_CHECK(!std::filesystem::is_directory(path, ec), mirror::InvalidArgument,
                  "--config " + path + " is a directory; give a JSON file");
+    errno = 0;
     std::ifstream in(path);
-    MIRROR_CHECK(in.good(), mirror::InvalidArgument, "cannot read --config " + path);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw mirror::InvalidArgument("--config " + path + " is not valid JSON: " + e.what());
-    }
-    c = TrainConfig::from_json(j);
+    MIRROR_CHECK(in.good(), mirror::InvalidArgument,
+                 "cannot read --config " + path + ": " + std::strerror(errno));
+    c = TrainConfig::from_json(mirror::parse_json_input(in, "--config " + path));
   }
   auto set = [&vm](const char* flag, auto& field) {
     using T = std::decay_t<decltype(field)>;
@@ -160,7 +163,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("warmup-steps", c.warmup_steps);
   set("momentum", c.momentum);
   set("weight-decay", c.weight_decay);
-  set("seed", c.seed);
+  if (vm.count("seed")) c.seed = mirror::train::parse_seed(vm["seed"].as<std::string>());
   set("devices", c.devices);
   set("memory", c.memory);
   set("threads", c.threads);
@@ -171,6 +174,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("compression", c.compression);
   set("accumulation", c.accumulation);
   set("divergence-check-every", c.divergence_check_every);
+  set("max-skipped-steps", c.max_skipped_steps);
   set("checkpoint-dir", c.checkpoint_dir);
   set("checkpoint-every", c.checkpoint_every);
   set("keep", c.keep);
@@ -219,7 +223,13 @@ int main(int argc, char** argv) {
   TrainConfig config;
   // Flags are checked before MPI starts, so a typo fails fast with exit code 2 on every rank.
   try {
-    po::store(po::parse_command_line(argc, argv, options), vm);
+    // No prefix matching: `--epoch 2` must not quietly mean `--epochs 2`.
+    namespace style = po::command_line_style;
+    po::store(po::command_line_parser(argc, argv)
+                  .options(options)
+                  .style(style::default_style & ~style::allow_guessing)
+                  .run(),
+              vm);
     po::notify(vm);
     if (vm.count("debug")) mirror::set_debug_messages(true);
     if (vm.count("help")) {
@@ -246,8 +256,26 @@ int main(int argc, char** argv) {
       [&](mirror::dist::Runtime& runtime) {
         // After MPI start-up, so these handlers are the ones in place (Note [Preemption]).
         mirror::dist::install_stop_handlers();
-        mirror::train::Trainer trainer(runtime, config);
-        return trainer.fit().preempted ? mirror::dist::kExitPreempted : 0;
+        auto stop = [&](const std::exception& e, int code, bool speaker) {
+          if (speaker) {
+            std::cerr << "[mirror rank " << runtime.world_rank()
+                      << "] fatal: " << mirror::message_for(e) << std::endl;
+          }
+          return code;
+        };
+        std::optional<mirror::train::Trainer> trainer;
+        try {
+          trainer.emplace(runtime, config);
+          return trainer->fit().preempted ? mirror::dist::kExitPreempted : 0;
+        } catch (const mirror::train::JobStopped& e) {
+          // Note [Agreed errors]: every rank stops here together; no MPI_Abort needed.
+          return stop(e, e.exit_code(), e.speaker());
+        } catch (const mirror::Error& e) {
+          // Alone, any error of the set-up is a set-up error; with several ranks only the agreed
+          // ones are (the others abort the job, in run_main).
+          if (runtime.world_size() > 1 || trainer) throw;
+          return stop(e, mirror::train::kExitSetupFailed, true);
+        }
       },
       run_options);
 }

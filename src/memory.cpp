@@ -54,6 +54,12 @@ std::size_t parse_bytes(const std::string& text) {
   else
     throw InvalidArgument("bad byte unit '" + unit + "' in '" + text + "': use K, M or G");
   if (!(value > 0)) throw InvalidArgument("byte count must be positive, got '" + text + "'");
+  // Beyond 2^60 (1 EiB) the count is a typo, and past 2^64 the conversion would wrap around.
+  constexpr double kMaxBytes = 1152921504606846976.0;
+  if (!(value * mult <= kMaxBytes)) {
+    throw InvalidArgument("byte count '" + text +
+                          "' is more than 1 EiB (2^60 bytes), beyond any machine; e.g. 512M or 2G");
+  }
   return static_cast<std::size_t>(value * mult);
 }
 

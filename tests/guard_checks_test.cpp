@@ -5,12 +5,16 @@
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "mirror/data/fashion_mnist.h"
 #include "mirror/distributed/preemption.h"
 #include "mirror/error.h"
+#include "mirror/json_input.h"
+#include "mirror/train/metrics_log.h"
 #include "mirror/train/trainer.h"
 #include "temp_dir.h"
 #include "train/step_memory.h"
@@ -107,6 +111,160 @@ TEST(TrainConfigValidation, ConfigKeysThatMustBeIntegersOrPositive) {
   expect_from_json_error(R"({"weight_decay": -1})", "--weight-decay must be >= 0");
   EXPECT_EQ(train::TrainConfig::from_json(nlohmann::json::parse(R"({"epochs": 3})")).epochs, 3);
   EXPECT_DOUBLE_EQ(train::TrainConfig::from_json(nlohmann::json::parse(R"({"lr": 1})")).lr, 1.0);
+}
+
+TEST(TrainConfigValidation, ValuesAcceptedSilentlyBeforeAreRefusedWithTheValue) {
+  auto c = valid_config();
+  c.momentum = 5;
+  expect_invalid(c, "--momentum must be in [0, 1) (0.9 is usual), got 5");
+  c = valid_config();
+  c.threads = 100000;
+  expect_invalid(c, "--threads must be from 0 (automatic) to 1024, got 100000");
+  for (double t : {std::numeric_limits<double>::infinity(), 1e300, std::nan("")}) {
+    c = valid_config();
+    c.comm_timeout_s = t;
+    expect_invalid(c, "--comm-timeout must be positive seconds, at most 604800");
+  }
+  c = valid_config();
+  c.startup_timeout_s = std::numeric_limits<double>::infinity();
+  expect_invalid(c, "--startup-timeout must be >= 0 seconds (0 = no watchdog) and at most 604800");
+  c = valid_config();
+  c.max_skipped_steps = -1;
+  expect_invalid(c, "--max-skipped-steps must be >= 0");
+  EXPECT_EQ(train::parse_seed("18446744073709551615"), 18446744073709551615ull);
+  for (const char* bad : {"-1", "1.5", "", "18446744073709551616", "7x"}) {
+    try {
+      train::parse_seed(bad);
+      FAIL() << "expected InvalidArgument for --seed '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("got '") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(TrainConfigValidation, ConfigKeysOfTheWrongTypeOrGivenTwice) {
+  auto expect_from_json_error = [](const char* text, const std::string& part) {
+    try {
+      train::TrainConfig::from_json(nlohmann::json::parse(text));
+      FAIL() << "expected InvalidArgument for " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_from_json_error(R"({"epochs": true})", "'epochs' must be an integer, got true");
+  expect_from_json_error(R"({"seed": -1})", "'seed' must be a whole number >= 0, got -1");
+  expect_from_json_error(R"({"lr": "0.1"})", "'lr' must be a number, got \"0.1\"");
+  expect_from_json_error(R"({"progress": 1})", "'progress' must be true or false, got 1");
+  expect_from_json_error(R"({"model": 3})", "'model' must be a string, got 3");
+  expect_from_json_error(R"({"batch_size": 32, "batch-size": 64})",
+                         "'batch_size' and 'batch-size' are the same setting");
+}
+
+TEST(JsonInput, DeepNestingIsRefusedWithTheLevelNotACrash) {
+  for (int depth : {257, 70000, 100000}) {
+    const std::string text = std::string(depth, '[') + std::string(depth, ']');
+    try {
+      parse_json_input(text, "deep.json");
+      FAIL() << "expected DataError at depth " << depth;
+    } catch (const DataError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("deep.json: JSON nested more than 256 levels deep"), std::string::npos) << m;
+      EXPECT_NE(m.find("at byte 256"), std::string::npos) << m;
+      EXPECT_LT(m.size(), 400u);
+    }
+  }
+  // Inside a string, brackets are not nesting; 256 levels are allowed.
+  const std::string ok = std::string(256, '[') + "\"[[[\"" + std::string(256, ']');
+  EXPECT_NO_THROW(parse_json_input(ok, "ok.json"));
+  std::istringstream in(R"({"a": {"b": 1}, "c": [1, 2]})");
+  EXPECT_EQ(parse_json_input(in, "small.json")["a"]["b"], 1);
+}
+
+TEST(JsonInput, RepeatedKeysAndLongBadInputAreQuotedShort) {
+  try {
+    parse_json_input(R"({"epochs": 1, "x": {"epochs": 1}, "epochs": 2})", "c.json");
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("the key 'epochs' appears twice"), std::string::npos);
+  }
+  EXPECT_NO_THROW(parse_json_input(R"([{"a": 1}, {"a": 2}])", "list.json"));
+  const std::string junk = "{\"a\": \"" + std::string(1 << 20, 'x');  // unterminated string
+  try {
+    parse_json_input(junk, "junk.json");
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 600u);
+    EXPECT_NE(std::string(e.what()).find("junk.json is not valid JSON"), std::string::npos);
+  }
+  EXPECT_EQ(quote_input("short"), "short");
+  EXPECT_EQ(quote_input(std::string_view("a\0b", 3)), "a\\x00b");
+  const std::string quoted = quote_input(std::string(1000000, '9'));
+  EXPECT_EQ(quoted, std::string(200, '9') + "... (1000000 characters in all)");
+}
+
+TEST(MetricsLogFailures, AFullDiskThrowsNamingThePathAndReasonAndLeavesNoHalfLine) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  train::MetricsLog log("/dev/full", train::LogMode::kOverwrite);
+  try {
+    log.write({{"type", "step"}, {"loss", 1.0}});
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write the metrics log '/dev/full': No space left "
+                                         "on device"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(log.enabled());
+}
+
+TEST(MetricsLogFailures, AppendingCutsATornLastLine) {
+  testing_util::TempDir dir;
+  const auto path = dir.path() / "log.jsonl";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "{\"step\": 1}\n{\"step\": 2}\n{\"ste";
+  }
+  {
+    train::MetricsLog log(path, train::LogMode::kAppend);
+    log.write({{"step", 3}});
+  }
+  std::ifstream in(path);
+  std::stringstream all;
+  all << in.rdbuf();
+  EXPECT_EQ(all.str(), "{\"step\": 1}\n{\"step\": 2}\n{\"step\":3}\n");
+  // A file that is one torn line is emptied; a whole file is left alone.
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << "{\"ste";
+  }
+  { train::MetricsLog log(path, train::LogMode::kAppend); }
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+}
+
+TEST(StepMemory, ParameterFloorOfDenseAndEmbeddingLayersFromTheSpec) {
+  const auto spec = nlohmann::json::parse(R"({"layers": [
+      {"type": "embedding", "input_dim": 1000, "output_dim": 32},
+      {"type": "gru", "units": 64},
+      {"type": "dense", "units": 100, "activation": "relu"},
+      {"type": "dropout", "rate": 0.5},
+      {"type": "dense", "units": 10}]})");
+  // 1000 x 32 + (gru: 0) + 100 x 1 (inputs unknown) + 10 x 100.
+  EXPECT_EQ(train::parameter_floor(spec), 32000u + 100u + 1000u);
+  EXPECT_EQ(train::parameter_floor(nlohmann::json::parse(R"({"layers": "x"})")), 0u);
+  const auto huge = nlohmann::json::parse(
+      R"({"layers": [{"type": "dense", "units": 4000000000000000000},
+                     {"type": "dense", "units": 4000000000000000000}]})");
+  EXPECT_EQ(train::parameter_floor(huge), std::uint64_t{1} << 62);  // capped, no wrap-around
+  const train::StepMemory m = train::parameter_memory(1000, 2, 2);
+  EXPECT_EQ(m.total(), 2u * 1000u * 4u * 4u);  // 2 replicas x (value, gradient, 2 Adam slots)
+  try {
+    train::check_step_memory(m, 1000, "a budget", "Shrink the layers.");
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("the model needs at least"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("Shrink the layers."), std::string::npos);
+  }
 }
 
 TEST(StepMemory, AddsBatchActivationsAndOptimizerState) {

@@ -13,6 +13,7 @@
 #include "mirror/data/arrays.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
+#include "mirror/json_input.h"
 
 namespace mirror::data {
 namespace {
@@ -100,7 +101,7 @@ bool all_numeric(const Row& row) {
 std::string column_list(const std::vector<std::string>& names) {
   std::string s;
   for (std::size_t i = 0; i < names.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(i) + " '" + names[i] + "'";
+    s += (i ? ", " : "") + std::to_string(i) + " '" + quote_input(names[i], 40) + "'";
   return s;
 }
 
@@ -124,12 +125,12 @@ std::size_t label_index(const CsvOptions& options, const std::vector<std::string
   if (digits && want.size() < 10) {
     const auto index = static_cast<std::size_t>(std::stoll(want));
     MIRROR_CHECK(index < columns, InvalidArgument,
-                 name + ": label column " + want + " is outside the file's " +
+                 name + ": label column " + quote_input(want) + " is outside the file's " +
                      std::to_string(columns) + " columns (0-based: 0.." +
                      std::to_string(columns - 1) + ")");
     return index;
   }
-  throw InvalidArgument(name + ": no column is named '" + want + "'" +
+  throw InvalidArgument(name + ": no column is named '" + quote_input(want) + "'" +
                         (header.empty() ? " (the file has no header row); give the label column "
                                           "as a 0-based index"
                                         : "; the columns are " + column_list(header)));
@@ -138,22 +139,24 @@ std::size_t label_index(const CsvOptions& options, const std::vector<std::string
 std::string cell_where(const std::string& name, const Row& row, std::size_t col,
                        const std::vector<std::string>& header) {
   return name + ": line " + std::to_string(row.line) + ", column " + std::to_string(col) +
-         (header.empty() ? std::string() : " ('" + header[col] + "')");
+         (header.empty() ? std::string() : " ('" + quote_input(header[col]) + "')");
 }
 
 /// A label cell: an integer class >= 0 (below num_classes when stated) or a finite float.
 double parse_label(const std::string& cell, const std::string& where, const CsvOptions& options) {
   double v = 0;
-  MIRROR_CHECK(parse_number(cell, v), DataError, where + ": label '" + cell + "' is not a number");
+  MIRROR_CHECK(parse_number(cell, v), DataError,
+               where + ": label '" + quote_input(cell) + "' is not a number");
   MIRROR_CHECK(std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max(), DataError,
-               where + ": label " + cell + " is not a finite float32 value");
+               where + ": label " + quote_input(cell) + " is not a finite float32 value");
   if (options.float_targets) return v;
   MIRROR_CHECK(v == std::floor(v) && v >= 0 && v < INT32_MAX, DataError,
-               where + ": label " + cell +
+               where + ": label " + quote_input(cell) +
                    " is not a class index (an integer >= 0); for regression targets set "
                    "float_targets (--loss mse)");
   MIRROR_CHECK(options.num_classes == 0 || v < options.num_classes, DataError,
-               where + ": label " + cell + " is >= the " + std::to_string(options.num_classes) +
+               where + ": label " + quote_input(cell) + " is >= the " +
+                   std::to_string(options.num_classes) +
                    " classes stated; raise num_classes or fix the label");
   return v;
 }
@@ -200,10 +203,10 @@ std::shared_ptr<const Dataset> parse_csv(std::string_view text, const std::strin
       }
       double v = 0;
       MIRROR_CHECK(parse_number(row.fields[c], v), DataError,
-                   cell_where(name, row, c, header) + ": '" + row.fields[c] +
+                   cell_where(name, row, c, header) + ": '" + quote_input(row.fields[c]) +
                        "' is not a number; every column but the label must be numeric");
       MIRROR_CHECK(std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max(), DataError,
-                   cell_where(name, row, c, header) + ": " + row.fields[c] +
+                   cell_where(name, row, c, header) + ": " + quote_input(row.fields[c]) +
                        " is not a finite float32 value (NaN/inf are not allowed)");
       x.push_back(static_cast<float>(v));
     }

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -315,9 +316,11 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
 }
 
 std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::string& hint) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   MIRROR_CHECK(in.good(), DataError,
-               "cannot open " + path + (hint.empty() ? std::string() : "; " + hint));
+               "cannot open " + path + ": " + std::strerror(errno != 0 ? errno : EIO) +
+                   (hint.empty() ? std::string() : "; " + hint));
   const std::streamoff size = in.tellg();
   MIRROR_CHECK(size >= 0, DataError, "cannot read " + path + " (not a regular file?)");
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));

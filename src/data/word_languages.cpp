@@ -1,6 +1,8 @@
 // WordLanguages: builds the labelled, split, encoded word samples (Note [Word rules]).
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -20,8 +22,11 @@ struct LanguageWords {
 };
 
 std::string read_text_file(const std::string& path, const std::string& hint) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  MIRROR_CHECK(in.good(), DataError, "cannot open word list " + path + "; " + hint);
+  MIRROR_CHECK(in.good(), DataError,
+               "cannot open word list " + path + ": " + std::strerror(errno != 0 ? errno : EIO) +
+                   "; " + hint);
   std::ostringstream ss;
   ss << in.rdbuf();
   MIRROR_CHECK(!in.bad(), DataError, "error while reading word list " + path);

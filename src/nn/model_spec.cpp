@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "mirror/json_input.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/models.h"
 #include "nn/model_spec_internal.h"
@@ -702,7 +703,7 @@ ModelSpec ModelSpec::from_file(const std::string& path) {
   MIRROR_CHECK(in.good(), DataError, "model spec " + path + ": cannot open the file");
   json j;
   try {
-    j = json::parse(in);
+    j = parse_json_input(in, "model spec " + path);  // Note [Hostile input]
   } catch (const json::exception& e) {
     throw DataError("model spec " + path + ": not valid JSON: " + e.what());
   }

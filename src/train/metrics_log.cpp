@@ -1,13 +1,52 @@
-// MetricsLog: JSON lines through stdio, flushed per record.
+// MetricsLog: JSON lines, each written whole with one write(2) (or taken back).
 #include "mirror/train/metrics_log.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
+#include <string>
 #include <utility>
 
 #include "mirror/error.h"
 
 namespace mirror::train {
+namespace {
+
+/// The size of the open file, or -1 (errno set).
+off_t file_size(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? st.st_size : -1;
+}
+
+/// Cuts the last line of `fd` when it does not end with '\n' (a crash mid-write before lines
+/// were written whole): a resumed run's records must not be glued to half a record. Returns the
+/// bytes cut.
+off_t cut_torn_last_line(int fd) {
+  const off_t size = file_size(fd);
+  if (size <= 0) return 0;
+  char last = '\n';
+  if (::pread(fd, &last, 1, size - 1) != 1 || last == '\n') return 0;
+  off_t end = size - 1;  // the kept length: after the last '\n', 0 when there is none
+  char buf[4096];
+  while (end > 0) {
+    const off_t from =
+        end > static_cast<off_t>(sizeof buf) ? end - static_cast<off_t>(sizeof buf) : 0;
+    const ssize_t n = ::pread(fd, buf, static_cast<std::size_t>(end - from), from);
+    if (n <= 0) return 0;
+    const void* nl = ::memrchr(buf, '\n', static_cast<std::size_t>(n));
+    if (nl) {
+      end = from + (static_cast<const char*>(nl) - buf) + 1;
+      break;
+    }
+    end = from;
+  }
+  return ::ftruncate(fd, end) == 0 ? size - end : 0;
+}
+
+}  // namespace
 
 void MetricsLog::check_mode(const std::filesystem::path& path, LogMode mode) {
   std::error_code ec;
@@ -21,12 +60,20 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, LogMode mode) : path_(
   check_mode(path, mode);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  // "wx" (exclusive) so a file that appears after check_mode is not truncated either.
-  const char* how = mode == LogMode::kAppend ? "a" : mode == LogMode::kOverwrite ? "w" : "wx";
+  // "wx" (exclusive) so a file that appears after check_mode is not truncated either; "a+" so a
+  // torn last line can be read and cut.
+  const char* how = mode == LogMode::kAppend ? "a+" : mode == LogMode::kOverwrite ? "w" : "wx";
   file_ = std::fopen(path.c_str(), how);
   MIRROR_CHECK(file_ != nullptr, InvalidArgument,
                "cannot open the metrics log '" + path.string() +
                    "' for writing: " + std::strerror(errno) + " (check --log-jsonl)");
+  if (mode == LogMode::kAppend) {
+    if (const off_t cut = cut_torn_last_line(::fileno(file_)); cut > 0) {
+      std::cerr << "[mirror] warning: cut a torn last line (" << cut
+                << " bytes) from the metrics log '" << path.string()
+                << "': the run that wrote it stopped mid-write\n";
+    }
+  }
 }
 
 MetricsLog::~MetricsLog() {
@@ -52,10 +99,24 @@ void MetricsLog::write(const nlohmann::json& record) {
   // Invalid UTF-8 in a string is replaced rather than aborting a long training run.
   const std::string line =
       record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const bool ok =
-      std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
-  MIRROR_CHECK(ok, Error,
-               "cannot write the metrics log '" + path_.string() + "': " + std::strerror(errno));
+  // Straight to the file (stdio's buffer is never used), so nothing is left to flush later.
+  const int fd = ::fileno(file_);
+  const off_t before = file_size(fd);
+  std::size_t done = 0;
+  int err = before < 0 ? errno : 0;
+  while (err == 0 && done < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) err = n < 0 ? errno : ENOSPC;
+    if (n > 0) done += static_cast<std::size_t>(n);
+  }
+  if (err == 0) return;
+  if (before >= 0 && done > 0 && ::ftruncate(fd, before) != 0) {
+    // Cannot take the partial line back; the next --resume cuts it (cut_torn_last_line).
+  }
+  std::fclose(file_);
+  file_ = nullptr;
+  throw Error("cannot write the metrics log '" + path_.string() + "': " + std::strerror(err));
 }
 
 }  // namespace mirror::train

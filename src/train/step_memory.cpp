@@ -1,6 +1,7 @@
 // The step host-memory estimate (Note [Step memory], step_memory.h).
 #include "train/step_memory.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "mirror/error.h"
@@ -31,6 +32,10 @@ std::uint64_t StepMemory::total() const {
 }
 
 std::string StepMemory::text() const {
+  if (micro_batch == 0) {  // parameter_memory: no step yet
+    return gib(total()) + " (parameters, gradients and optimizer slots of " +
+           std::to_string(replicas) + " replica(s))";
+  }
   return gib(total()) + " (micro-batch of " + std::to_string(micro_batch) + " samples x " +
          std::to_string(replicas) + " replica(s): batch " + gib(batch_bytes) + ", activations " +
          gib(activation_bytes) + ", parameters/gradients/optimizer " + gib(state_bytes) + ")";
@@ -58,14 +63,57 @@ StepMemory estimate_step_memory(nn::Sequential& model, const data::Dataset& trai
   return m;
 }
 
-void check_step_memory(const StepMemory& need, std::uint64_t budget,
-                       const std::string& budget_text) {
+std::uint64_t parameter_floor(const nlohmann::json& spec) {
+  if (!spec.is_object() || !spec.contains("layers") || !spec["layers"].is_array()) return 0;
+  auto field = [](const nlohmann::json& l, const char* name) -> std::uint64_t {
+    const auto it = l.find(name);
+    if (it == l.end() || !it->is_number_integer()) return 0;
+    const auto v = it->get<std::int64_t>();
+    return v > 0 ? static_cast<std::uint64_t>(v) : 0;
+  };
+  std::uint64_t floor = 0;
+  std::uint64_t features = 1;  // a dense layer's inputs when the layer before is a dense
+  constexpr std::uint64_t kCap = std::uint64_t{1} << 62;  // no overflow on absurd sizes
+  for (const nlohmann::json& l : spec["layers"]) {
+    const std::string type = l.value("type", "");
+    std::uint64_t n = 0;
+    if (type == "dense") {
+      const std::uint64_t units = field(l, "units");
+      n = units > kCap / std::max<std::uint64_t>(features, 1) ? kCap : units * features;
+      features = std::max<std::uint64_t>(units, 1);
+    } else if (type == "embedding") {
+      const std::uint64_t rows = field(l, "input_dim"), cols = field(l, "output_dim");
+      n = cols > 0 && rows > kCap / cols ? kCap : rows * cols;
+      features = 1;
+    } else if (type != "dropout" && type != "activation") {
+      features = 1;  // shapes change in ways this floor does not follow
+    }
+    floor = std::min(kCap, floor + n);
+  }
+  return floor;
+}
+
+StepMemory parameter_memory(std::uint64_t parameters, int replicas, int optimizer_slots) {
+  StepMemory m;
+  m.replicas = replicas;
+  constexpr std::uint64_t kFloat = 4;
+  const std::uint64_t per_value = kFloat * (2 + static_cast<std::uint64_t>(optimizer_slots));
+  m.state_bytes =
+      parameters > UINT64_MAX / per_value / 1024 ? UINT64_MAX / 1024 : parameters * per_value;
+  return m;
+}
+
+void check_step_memory(const StepMemory& need, std::uint64_t budget, const std::string& budget_text,
+                       const std::string& advice) {
   if (budget == 0 || need.total() <= budget) return;
-  throw OutOfMemory(
-      "a training step needs at least " + need.text() + " of host memory, more than " +
-      budget_text + " (" + gib(budget) +
-      "); nothing was allocated. Use a smaller --batch-size or --batch-per-replica, or "
-      "--accumulation N to run each step as N micro-batches (same result, 1/N of the memory)");
+  throw OutOfMemory(std::string(need.micro_batch == 0 ? "the model needs at least "
+                                                      : "a training step needs at least ") +
+                    need.text() + " of host memory, more than " + budget_text + " (" + gib(budget) +
+                    "); nothing was allocated. " +
+                    (advice.empty()
+                         ? "Use a smaller --batch-size or --batch-per-replica, or --accumulation N "
+                           "to run each step as N micro-batches (same result, 1/N of the memory)"
+                         : advice));
 }
 
 }  // namespace mirror::train

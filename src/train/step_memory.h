@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "mirror/data/dataset.h"
 #include "mirror/nn/sequential.h"
 
@@ -37,9 +39,21 @@ StepMemory estimate_step_memory(nn::Sequential& model, const data::Dataset& trai
                                 std::int64_t micro_batch, int replicas, int optimizer_slots,
                                 bool cpu_replicas);
 
+/// Note [Parameter floor]: a layer of 10^9 units is built (and its host copy initialised) before
+/// the step estimate can run, and ends in std::bad_alloc. So before the model is built, a lower
+/// bound of its parameters is read from the bound spec's canonical layers (to_json()): every
+/// dense has at least `units` parameters per input feature (at least one), an embedding
+/// input_dim x output_dim. Other layers count 0, so the bound only refuses what cannot fit.
+std::uint64_t parameter_floor(const nlohmann::json& spec);
+
+/// The parameters, gradients and optimizer slots of `parameters` float32 values for `replicas`
+/// replicas (no batch or activations): the part of StepMemory known before the model exists.
+StepMemory parameter_memory(std::uint64_t parameters, int replicas, int optimizer_slots);
+
 /// Throws OutOfMemory when `need` exceeds `budget` bytes: the message names the estimate, the
 /// budget (`budget_text`, e.g. "90% of the 20.1 GiB MemAvailable") and what to change.
-void check_step_memory(const StepMemory& need, std::uint64_t budget,
-                       const std::string& budget_text);
+/// `advice` replaces the default (smaller batch, --accumulation) when given.
+void check_step_memory(const StepMemory& need, std::uint64_t budget, const std::string& budget_text,
+                       const std::string& advice = "");
 
 }  // namespace mirror::train

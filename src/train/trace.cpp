@@ -2,6 +2,8 @@
 #include "mirror/train/trace.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -191,12 +193,18 @@ std::size_t count_badly_nested(const json& trace) {
 }
 
 void write_trace_file(const std::filesystem::path& path, const json& trace) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   MIRROR_CHECK(out.good(), InvalidArgument,
-               "cannot open the trace file '" + path.string() + "' for writing (check --trace)");
+               "cannot open the trace file '" + path.string() +
+                   "' for writing: " + std::strerror(errno) + " (check --trace)");
   out << trace.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   out.flush();
-  MIRROR_CHECK(out.good(), Error, "cannot write the trace file '" + path.string() + "'");
+  const int err = errno;
+  out.close();
+  MIRROR_CHECK(out.good() && !out.fail(), Error,
+               "cannot write the trace file '" + path.string() +
+                   "': " + std::strerror(err != 0 ? err : errno));
 }
 
 }  // namespace mirror::train

@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <type_traits>
 
 #include "mirror/error.h"
+#include "mirror/json_input.h"
+#include "mirror/memory.h"
 #include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
 
@@ -40,6 +43,15 @@ void validate_data_files(const TrainConfig& c) {
   c.parsed_input_shape();  // throws for bad text
 }
 
+constexpr int kMaxThreads = 1024;
+constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 }  // namespace
 
 void check_batch_flag(const char* flag, std::int64_t value) {
@@ -51,6 +63,16 @@ void check_batch_flag(const char* flag, std::int64_t value) {
 void check_weight_decay_flag(double value) {
   MIRROR_CHECK(std::isfinite(value) && value >= 0, InvalidArgument,
                "--weight-decay must be >= 0 (0 = none), got " + std::to_string(value));
+}
+
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t seed = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  MIRROR_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size(),
+               InvalidArgument,
+               "--seed must be a whole number from 0 to 18446744073709551615, got '" +
+                   quote_input(text) + "'");
+  return seed;
 }
 
 bool TrainConfig::own_data() const {
@@ -90,7 +112,8 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(bucket_mb) X(first_bucket_mb) X(compression) X(accumulation) X(on_oom_split)             \
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
-  X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)
+  X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
+  X(max_skipped_steps)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -124,11 +147,25 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& json) {
                                                       : nullptr;
     if (!v) return;
     using T = std::decay_t<decltype(field)>;
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      // nlohmann would truncate 1.5 to 1 silently.
-      MIRROR_CHECK(!v->is_number_float(), InvalidArgument,
-                   "config key '" + std::string(name) + "' must be an integer, got " + v->dump());
+    MIRROR_CHECK(!(json.contains(name) && json.contains(dashed)) || dashed == name, InvalidArgument,
+                 "config keys '" + std::string(name) + "' and '" + dashed +
+                     "' are the same setting; give it once");
+    // nlohmann would turn 1.5 into 1 and true into 1 silently.
+    const char* want = nullptr;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v->is_boolean()) want = "true or false";
+    } else if constexpr (std::is_unsigned_v<T>) {
+      if (!v->is_number_unsigned()) want = "a whole number >= 0";
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v->is_number_integer()) want = "an integer";
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v->is_number()) want = "a number";
+    } else {
+      if (!v->is_string()) want = "a string";
     }
+    MIRROR_CHECK(want == nullptr, InvalidArgument,
+                 "config key '" + std::string(name) + "' must be " + want + ", got " +
+                     quote_input(v->dump()));
     try {
       v->get_to(field);
     } catch (const nlohmann::json::exception&) {
@@ -183,12 +220,29 @@ void TrainConfig::validate() const {
           "--schedule must be constant, warmup or cosine, got '" + schedule + "'");
   require(warmup_steps >= 0, "--warmup-steps must be >= 0");
   require(train_limit >= 0 && test_limit >= 0, "--train-limit/--test-limit must be >= 0");
-  require(threads >= 0, "--threads must be >= 0");
-  require(comm_timeout_s > 0, "--comm-timeout must be positive (seconds)");
-  require(startup_timeout_s >= 0, "--startup-timeout must be >= 0 (seconds; 0 = no watchdog)");
+  require(threads >= 0 && threads <= kMaxThreads, "--threads must be from 0 (automatic) to " +
+                                                      std::to_string(kMaxThreads) + ", got " +
+                                                      std::to_string(threads));
+  require(momentum >= 0 && momentum < 1,
+          "--momentum must be in [0, 1) (0.9 is usual), got " + number_text(momentum));
+  // Seconds are turned into milliseconds in an int64: inf or 1e300 would wrap around.
+  require(std::isfinite(comm_timeout_s) && comm_timeout_s > 0 && comm_timeout_s <= kMaxTimeoutS,
+          "--comm-timeout must be positive seconds, at most " + number_text(kMaxTimeoutS) +
+              " (a week), got " + number_text(comm_timeout_s));
+  require(std::isfinite(startup_timeout_s) && startup_timeout_s >= 0 &&
+              startup_timeout_s <= kMaxTimeoutS,
+          "--startup-timeout must be >= 0 seconds (0 = no watchdog) and at most " +
+              number_text(kMaxTimeoutS) + " (a week), got " + number_text(startup_timeout_s));
+  try {
+    MemoryPolicy::parse(memory);  // a typo fails with the flags, before MPI starts
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("--memory: ") + e.what());
+  }
+  require(max_skipped_steps >= 0, "--max-skipped-steps must be >= 0 (0 = never stop), got " +
+                                      std::to_string(max_skipped_steps));
   require(bucket_mb > 0 && first_bucket_mb > 0,
           "--bucket-mb and --first-bucket-mb must be positive");
-  require(accumulation >= 1, "--accumulation must be >= 1");
+  require(accumulation >= 1, "--accumulation must be >= 1, got " + std::to_string(accumulation));
   require(keep >= 0, "--keep must be >= 0 (0 keeps every checkpoint), got " + std::to_string(keep));
   require(!resume_or_start || !resume.empty(), "resume_or_start needs a resume folder");
   require(checkpoint_every >= 0, "--checkpoint-every must be >= 0");

@@ -188,6 +188,7 @@ ConfigTask task_from_config(const TrainConfig& c) {
   const nn::ModelSpec bound = bind_to_data(c, *d.train);
   ConfigTask t;
   t.name = bound.name();
+  t.warnings = std::move(d.warnings);
   t.task.train = random_subset(d.train, c.train_limit, c.seed, 0x7261696e);  // "rain"
   t.task.test = d.test ? random_subset(d.test, c.test_limit, c.seed, 0x74657374) : nullptr;
   t.task.model_description = bound.to_json().dump();

@@ -1,5 +1,11 @@
 // The user's own data files named by mirror-train's flags: x/y arrays (.npy or IDX), CSV, or
 // token text, for the training split and optionally the test split.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <vector>
+
 #include "mirror/data/arrays.h"
 #include "mirror/data/csv.h"
 #include "mirror/data/token_text.h"
@@ -37,16 +43,112 @@ std::shared_ptr<const data::Dataset> load_split(const TrainConfig& c, const Spli
   return data::load_token_text(f.tokens, o);
 }
 
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+/// The largest |value| of `what` ("inputs", "targets") over every sample, and where it is.
+struct Peak {
+  double value = 0;
+  std::int64_t sample = -1;
+  void see(const std::vector<float>& v, std::int64_t i) {
+    for (float x : v) {
+      if (std::fabs(x) > value) {
+        value = std::fabs(x);
+        sample = i;
+      }
+    }
+  }
+};
+
+/// Note [Data magnitude]: float32 training squares gradients (Adam's second moment) and errors
+/// (MSE); inputs or targets near 1e19 make those overflow, and the run "succeeds" with inf in
+/// every checkpoint. Such data is refused at load; data far from order 1 trains badly and gets
+/// a warning.
+constexpr double kRefuseAbove = 1e18;
+
+/// Token ids far beyond the ids in use (one id of 5*10^7 among ids below 100): the embedding gets
+/// a row per id up to the largest, so such ids are almost always hashes or typos.
+void check_vocabulary(const data::Dataset& d, const std::string& split, DataSplits& out) {
+  if (d.vocab_size() <= 0) return;
+  std::set<std::int32_t> ids;
+  std::vector<std::int32_t> row;
+  for (std::int64_t i = 0; i < d.size() && ids.size() <= 100000; ++i) {
+    const std::int32_t n = d.length(i);
+    row.assign(static_cast<std::size_t>(std::max(n, 1)), 0);
+    d.decode_tokens(i, row.data(), std::max(n, 1));
+    ids.insert(row.begin(), row.begin() + n);
+  }
+  const auto distinct = static_cast<std::int64_t>(ids.size());
+  if (distinct > 100000 || d.vocab_size() <= 10 * distinct + 1000) return;
+  out.warnings.push_back("the " + split + " token ids take " + std::to_string(distinct) +
+                         " distinct values but the largest makes a vocabulary of " +
+                         std::to_string(d.vocab_size()) +
+                         " (largest id + 1): the embedding gets that many rows; renumber the "
+                         "ids 1.." +
+                         std::to_string(distinct) + " if they are hashes");
+}
+
+constexpr double kWarnAbove = 1e4;
+
+void check_magnitude(const data::Dataset& d, const std::string& split, DataSplits& out) {
+  Peak inputs, targets;
+  const bool float_inputs = d.input_dtype() == DType::kFloat32 && !d.is_sequence();
+  const bool float_targets = d.target_kind() == data::TargetKind::kFloat;
+  std::vector<float> x(float_inputs ? static_cast<std::size_t>(shape_numel(d.sample_shape())) : 0);
+  std::vector<float> y(float_targets ? static_cast<std::size_t>(shape_numel(d.target_shape())) : 0);
+  std::set<std::int32_t> labels;
+  for (std::int64_t i = 0; i < d.size(); ++i) {
+    if (float_inputs) {
+      d.decode_float(i, x.data());
+      inputs.see(x, i);
+    }
+    if (float_targets) {
+      d.decode_target(i, y.data());
+      targets.see(y, i);
+    } else if (labels.size() <= 1024) {
+      labels.insert(d.label(i));
+    }
+  }
+  for (const auto& [what, peak] : {std::pair{"inputs", inputs}, std::pair{"targets", targets}}) {
+    const std::string found = "the " + split + " " + what + " reach |value| " + number(peak.value) +
+                              " (sample " + std::to_string(peak.sample) + ")";
+    MIRROR_CHECK(peak.value <= kRefuseAbove, DataError,
+                 found + ": float32 training overflows with values beyond about " +
+                     number(kRefuseAbove) +
+                     " (their squares exceed 3.4e38); scale the data (e.g. standardise each "
+                     "column to mean 0, standard deviation 1)");
+    if (peak.value > kWarnAbove) {
+      out.warnings.push_back(found +
+                             "; training works best with values of order 1: consider "
+                             "standardising them");
+    }
+  }
+  check_vocabulary(d, split, out);
+  const auto distinct = static_cast<std::int64_t>(labels.size());
+  if (!float_targets && distinct > 0 && d.num_classes() > 10 * distinct + 100) {
+    out.warnings.push_back("the " + split + " labels take " + std::to_string(distinct) +
+                           " distinct values but make " + std::to_string(d.num_classes()) +
+                           " classes (largest label + 1): the model gets that many outputs; "
+                           "relabel the classes 0.." +
+                           std::to_string(distinct - 1) + " if the large labels are ids");
+  }
+}
+
 }  // namespace
 
 DataSplits load_own_data(const TrainConfig& c) {
   DataSplits d;
   d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens}, c.num_classes, 0);
+  check_magnitude(*d.train, "training", d);
   const bool has_test = !c.test_x.empty() || !c.test_csv.empty() || !c.test_tokens.empty();
   if (has_test) {
     const int classes = c.num_classes > 0 ? c.num_classes : d.train->num_classes();
     d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens}, classes,
                         d.train->vocab_size());
+    check_magnitude(*d.test, "test", d);
   }
   return d;
 }

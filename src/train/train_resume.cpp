@@ -211,11 +211,24 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
 }
 
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
-  if (!is_root() || !checkpoints) return;
-  auto span = trace.span("checkpoint", "io");
+  if (config.checkpoint_dir.empty()) return;
   NamedTensors tensors;
   for (nn::Parameter* p : strategy->model(0).parameters()) tensors[p->name] = p->value;
   for (auto& [name, t] : strategy->optimizer(0).state()) tensors[kOptimizerPrefix + name] = t;
+  // Note [Failed runs] (trainer_fit.cpp): every rank checks its identical replica, so all stop
+  // together, and the newest checkpoint on disk stays one that --resume accepts.
+  for (const auto& [name, t] : tensors) {
+    if (const std::int64_t i = first_non_finite(t); i >= 0) {
+      throw JobStopped("training stopped at step " + std::to_string(next.global_step) +
+                           ": the checkpoint would hold a non-finite value in '" + name +
+                           "' (element " + std::to_string(i) +
+                           "), so it was not written; the values overflowed float32: lower --lr "
+                           "or scale the data (inputs and targets of order 1 train best)",
+                       1, is_root());
+    }
+  }
+  if (!is_root() || !checkpoints) return;
+  auto span = trace.span("checkpoint", "io");
   Metadata m;
   m["mirror.version"] = MIRROR_VERSION;
   m["mirror.epoch"] = std::to_string(next.epoch);
@@ -294,26 +307,33 @@ std::string Trainer::Impl::find_checkpoint(std::string& found) {
 }
 
 StartPoint Trainer::Impl::restore() {
-  if (is_root()) check_checkpoint_dir();
-  if (config.resume.empty()) return {};
-  // Rank 0 finds and validates the newest valid checkpoint, then broadcasts its bytes.
+  // Rank 0 finds and validates the newest valid checkpoint, then broadcasts its bytes; what it
+  // refuses, every rank stops for (Note [Agreed errors], trainer.h).
   std::string bytes;
   std::string found;
-  if (is_root()) bytes = find_checkpoint(found);
+  agree_on_setup(runtime, [&] {
+    if (is_root()) check_checkpoint_dir();
+    if (is_root() && !config.resume.empty()) bytes = find_checkpoint(found);
+  });
+  if (config.resume.empty()) return {};
   std::int64_t size = static_cast<std::int64_t>(bytes.size());
   runtime.broadcast_bytes(std::as_writable_bytes(std::span<std::int64_t, 1>(&size, 1)), 0);
   if (size == 0) return {};  // --resume-or-start without a checkpoint (rank 0 said so)
   bytes.resize(static_cast<std::size_t>(size));
   runtime.broadcast_bytes(std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())), 0);
-  const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
-  const std::string source = is_root() ? found : "the checkpoint from " + config.resume;
-  try {
-    return load_checkpoint(file, found);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(source + " cannot be resumed: " + e.what());
-  } catch (const DataError& e) {
-    throw DataError(source + " cannot be resumed: " + e.what());
-  }
+  StartPoint start_at;
+  uniform_setup(runtime, [&] {  // every rank checks the same bytes against the same run
+    const SafetensorsFile file = decode_safetensors(bytes, "checkpoint from " + config.resume);
+    const std::string source = is_root() ? found : "the checkpoint from " + config.resume;
+    try {
+      start_at = load_checkpoint(file, found);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(source + " cannot be resumed: " + e.what());
+    } catch (const DataError& e) {
+      throw DataError(source + " cannot be resumed: " + e.what());
+    }
+  });
+  return start_at;
 }
 
 std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const {

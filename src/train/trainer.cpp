@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "mirror/error.h"
 #include "mirror/memory.h"
 #include "mirror/optim/optimizer.h"
+#include "train/output_paths.h"
 #include "train/step_memory.h"
 #include "train/trainer_impl.h"
 
@@ -49,6 +52,38 @@ std::string shape_text(const Shape& s) {
 }
 
 }  // namespace
+
+/// Note [Agreed errors] (trainer.h): runs a set-up phase that needs no collective on every rank,
+/// then agrees on its outcome in one all-gather. When it failed anywhere, every rank throws the
+/// first failing rank's message as a JobStopped with kExitSetupFailed; that rank prints it.
+void agree_on_setup(dist::Runtime& rt, const std::function<void()>& phase) {
+  if (rt.world_size() == 1) return phase();  // alone: the error keeps its own type
+  std::string mine;
+  try {
+    phase();
+  } catch (const std::exception& e) {
+    mine = message_for(e);
+    if (mine.empty()) mine = "unknown error";
+  }
+  const std::vector<std::string> all = rt.all_gather_string(mine);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    throw JobStopped(all[r], kExitSetupFailed, static_cast<std::size_t>(rt.world_rank()) == r);
+  }
+}
+
+/// A set-up check whose outcome is the same on every rank by construction (a collective that
+/// compares ranks, a check of agreed values): its error becomes a JobStopped that rank 0 prints.
+void uniform_setup(const dist::Runtime& rt, const std::function<void()>& check) {
+  if (rt.world_size() == 1) return check();
+  try {
+    check();
+  } catch (const JobStopped&) {
+    throw;
+  } catch (const Error& e) {
+    throw JobStopped(message_for(e), kExitSetupFailed, rt.world_rank() == 0);
+  }
+}
 
 MetricSums MetricSums::of(dist::LossKind kind, const dist::StepResult& r) {
   MetricSums m;
@@ -109,14 +144,18 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
       trace(rt.world_rank(), !config.trace.empty()),
       progress(rt.world_rank() == 0, config.progress && isatty(STDOUT_FILENO) != 0) {
   config.validate();
-  // Refused at once, not after loading the data (rank 0 writes the log; its error ends the job).
-  if (is_root() && !config.log_jsonl.empty()) {
-    MetricsLog::check_mode(config.log_jsonl, log_mode(config));
-  }
+  // Refused at once, not after loading the data (rank 0 writes the log).
+  agree_on_setup(runtime, [&] {
+    if (is_root() && !config.log_jsonl.empty()) {
+      MetricsLog::check_mode(config.log_jsonl, log_mode(config));
+    }
+  });
   runtime.set_default_timeout(
       std::chrono::milliseconds(static_cast<std::int64_t>(config.comm_timeout_s * 1000)));
   // Every rank must run the same job: compare the whole config (minus per-rank-free fields).
-  runtime.check_same_across_ranks("training configuration", config.to_json().dump());
+  uniform_setup(runtime, [&] {
+    runtime.check_same_across_ranks("training configuration", config.to_json().dump());
+  });
 
   dist::DeviceRequest request;
   request.devices = config.devices;
@@ -127,37 +166,64 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
   omp_set_num_threads(config.threads > 0 ? config.threads
                                          : default_threads(runtime, selection.devices.size()));
 
-  if (given) {
-    task = std::move(*given);
-    model_name = "custom";
-  } else {
-    ConfigTask built = task_from_config(config);
-    task = std::move(built.task);
-    model_name = std::move(built.name);
-    from_config = true;
-  }
-  check_task();
-  loss = resolve_loss(config.loss, *task.train);
-  checksum = data_checksum(*task.train, task.test.get());
-  runtime.check_same_across_ranks("training data", checksum);
-  runtime.check_same_across_ranks("model description", task.model_description);
+  agree_on_setup(runtime, [&] {
+    if (given) {
+      task = std::move(*given);
+      model_name = "custom";
+    } else {
+      ConfigTask built = task_from_config(config);
+      task = std::move(built.task);
+      model_name = std::move(built.name);
+      from_config = true;
+      for (const std::string& w : built.warnings) {
+        if (is_root()) progress.message("[mirror] warning: " + w);
+      }
+    }
+    check_task();
+    loss = resolve_loss(config.loss, *task.train);
+    checksum = data_checksum(*task.train, task.test.get());
+  });
+  uniform_setup(runtime, [&] {
+    runtime.check_same_across_ranks("training data", checksum);
+    runtime.check_same_across_ranks("model description", task.model_description);
+  });
 
+  agree_on_setup(runtime, [&] { check_parameter_memory(); });  // before any replica is built
   make_strategy();
-  check_model_output();
-  check_step_memory();  // before the loaders allocate batches
+  uniform_setup(runtime, [&] { check_model_output(); });
+  agree_on_setup(runtime, [&] { check_step_memory(); });  // before the loaders allocate batches
   make_loaders();
   const std::int64_t steps_per_epoch = train_loaders.front()->steps_per_epoch();
   schedule = optim::make_schedule(config.schedule, config.lr, config.warmup_steps,
                                   steps_per_epoch * config.epochs);
 
+  // Every output path is tried now, before any training (Note [Telemetry failures]).
+  agree_on_setup(runtime, [&] { open_outputs(); });
+  start = restore();  // a checkpoint that cannot be resumed is a set-up error too
   if (is_root()) {
-    if (!config.checkpoint_dir.empty()) checkpoints.emplace(config.checkpoint_dir, config.keep);
-    if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, log_mode(config));
     progress.message("[mirror] model " + model_name + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
                      task.train->describe());
+  }
+}
+
+void Trainer::Impl::open_outputs() {
+  if (!is_root()) return;
+  if (!config.checkpoint_dir.empty()) {
+    checkpoints.emplace(config.checkpoint_dir, config.keep);
+    check_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
+  }
+  if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, log_mode(config));
+  if (!config.trace.empty()) check_writable_file(config.trace, "--trace");
+  if (!config.tensorboard.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(config.tensorboard, ec);
+    MIRROR_CHECK(
+        !ec, InvalidArgument,
+        "--tensorboard " + config.tensorboard + ": cannot create the folder: " + ec.message());
+    check_writable_dir(config.tensorboard, "--tensorboard");
   }
 }
 
@@ -193,6 +259,23 @@ void Trainer::Impl::make_strategy() {
   global_batch = config.batch_size > 0          ? config.batch_size
                  : config.batch_per_replica > 0 ? config.batch_per_replica * world_replicas
                                                 : 64;
+  uniform_setup(runtime, [&] { check_global_batch(world_replicas); });
+  lr_scale = config.lr_scale_by_replicas ? world_replicas : 1.0;
+
+  optim::OptimizerOptions opt;
+  opt.momentum = config.optimizer == "sgd" ? config.momentum : 0.0;
+  opt.weight_decay = config.weight_decay;
+  const std::string opt_name = config.optimizer;
+  // Validates the name before any replica is built.
+  uniform_setup(runtime, [&] { optim::make_optimizer(opt_name, opt); });
+  dist::StrategyOptions options = strategy_options(config);
+  options.loss = loss;
+  strategy = std::make_unique<dist::MirroredStrategy>(
+      runtime, selection.devices, task.model,
+      [opt_name, opt] { return optim::make_optimizer(opt_name, opt); }, options);
+}
+
+void Trainer::Impl::check_global_batch(int world_replicas) const {
   MIRROR_CHECK(global_batch % world_replicas == 0, InvalidArgument,
                "--batch-size " + std::to_string(global_batch) + " must be a multiple of the " +
                    std::to_string(world_replicas) + " replicas");
@@ -205,18 +288,12 @@ void Trainer::Impl::make_strategy() {
                    " samples): use --batch-size <= " + std::to_string(samples) +
                    " (or --batch-per-replica <= " + std::to_string(samples / world_replicas) +
                    " with " + std::to_string(world_replicas) + " replicas)");
-  lr_scale = config.lr_scale_by_replicas ? world_replicas : 1.0;
-
-  optim::OptimizerOptions opt;
-  opt.momentum = config.optimizer == "sgd" ? config.momentum : 0.0;
-  opt.weight_decay = config.weight_decay;
-  const std::string opt_name = config.optimizer;
-  optim::make_optimizer(opt_name, opt);  // validates the name before any replica is built
-  dist::StrategyOptions options = strategy_options(config);
-  options.loss = loss;
-  strategy = std::make_unique<dist::MirroredStrategy>(
-      runtime, selection.devices, task.model,
-      [opt_name, opt] { return optim::make_optimizer(opt_name, opt); }, options);
+  const std::int64_t per_replica = global_batch / world_replicas;
+  MIRROR_CHECK(config.accumulation <= per_replica, InvalidArgument,
+               "--accumulation " + std::to_string(config.accumulation) +
+                   " splits each replica's batch of " + std::to_string(per_replica) +
+                   " samples into more micro-batches than it has samples: use --accumulation <= " +
+                   std::to_string(per_replica));
 }
 
 void Trainer::Impl::check_model_output() {
@@ -231,23 +308,44 @@ void Trainer::Impl::check_model_output() {
                    ": make the model's last layer " + std::to_string(want) + " wide");
 }
 
+int Trainer::Impl::optimizer_slots() const {
+  return config.optimizer == "sgd" ? (config.momentum != 0 ? 1 : 0) : 2;
+}
+
 void Trainer::Impl::check_step_memory() const {
   const Device first = selection.devices.front();
-  const int local = strategy->local_replicas();
   const std::int64_t per_replica = global_batch / strategy->world_replicas();
   const std::int64_t micro = (per_replica + config.accumulation - 1) / config.accumulation;
-  const int slots = config.optimizer == "sgd" ? (config.momentum != 0 ? 1 : 0) : 2;
-  const StepMemory need =
-      estimate_step_memory(strategy->model(0), *task.train, micro, local, slots, first.is_cpu());
+  check_host_memory(
+      estimate_step_memory(strategy->model(0), *task.train, micro, strategy->local_replicas(),
+                           optimizer_slots(), first.is_cpu()),
+      "");
+}
+
+// Note [Parameter floor] (step_memory.h): before the replicas are built.
+void Trainer::Impl::check_parameter_memory() const {
+  if (!from_config || !selection.devices.front().is_cpu()) return;
+  const auto spec = nlohmann::json::parse(task.model_description, nullptr, false);
+  const std::uint64_t floor = parameter_floor(spec);
+  const int local = static_cast<int>(selection.devices.size());
+  check_host_memory(parameter_memory(floor, local, optimizer_slots()),
+                    "The model '" + model_name + "' has at least " + std::to_string(floor) +
+                        " parameters (its dense and embedding layers alone): make those layers "
+                        "smaller (dense units; an embedding's input_dim, which is the largest "
+                        "token id + 1 unless stated)");
+}
+
+void Trainer::Impl::check_host_memory(const StepMemory& need, const std::string& advice) const {
   const MemoryPolicy& policy = selection.memory_policy;
-  if (first.is_cpu() && policy.kind == MemoryPolicy::Kind::kLimit) {
+  if (selection.devices.front().is_cpu() && policy.kind == MemoryPolicy::Kind::kLimit) {
     StepMemory one = need;  // the limit is per replica (each CPU replica has its allocator)
     one.replicas = 1;
-    train::check_step_memory(one, policy.limit_bytes, "--memory " + policy.str() + " per replica");
+    train::check_step_memory(one, policy.limit_bytes, "--memory " + policy.str() + " per replica",
+                             advice);
   }
   // Every rank on this host runs the same step at the same time.
   StepMemory host = need;
-  host.replicas = local * runtime.local_size();
+  host.replicas = need.replicas * runtime.local_size();
   const std::size_t available = host_available_bytes();
   const auto budget =
       static_cast<std::uint64_t>(static_cast<double>(available) * kCpuGrowthCapFraction);
@@ -256,7 +354,8 @@ void Trainer::Impl::check_step_memory() const {
   train::check_step_memory(host, budget,
                            std::string(pct) + " of this host's available memory (MemAvailable " +
                                std::to_string(available >> 20) + " MiB, " +
-                               std::to_string(runtime.local_size()) + " rank(s) on it)");
+                               std::to_string(runtime.local_size()) + " rank(s) on it)",
+                           advice);
 }
 
 void Trainer::Impl::make_loaders() {
@@ -288,7 +387,12 @@ void Trainer::Impl::make_loaders() {
 void Trainer::Impl::write_trace() {
   if (config.trace.empty()) return;
   const auto all = runtime.all_gather_string(trace.serialise());
-  if (is_root()) write_trace_file(config.trace, merge_traces(all));
+  if (!is_root()) return;
+  try {
+    write_trace_file(config.trace, merge_traces(all));
+  } catch (const Error& e) {  // Note [Telemetry failures]
+    warn_telemetry_failure(e, "the trace");
+  }
 }
 
 Trainer::Trainer(dist::Runtime& runtime, TrainConfig config, Task task)

@@ -2,6 +2,8 @@
 // observers; at the end of an epoch: evaluate and tell the observers. Telemetry (progress, JSON
 // log, trace, checkpoints) lives in the observers (trainer_observers.cpp), not here.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "mirror/distributed/preemption.h"
 #include "mirror/error.h"
@@ -21,7 +23,47 @@ double max_wait(const std::vector<std::unique_ptr<data::Loader>>& loaders) {
   return w;
 }
 
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 }  // namespace
+
+// Note [Failed runs]: a run whose loss is no longer finite, or whose steps keep being skipped
+// (non-finite gradients: no update anywhere, MirroredStrategy::train_step), learns nothing and
+// must not end with exit code 0 and a summary that looks like a result. The step result is the
+// same on every rank (it comes through the step's all-reduce), so every rank stops at the same
+// step with the same JobStopped (Note [Agreed errors], trainer.h), before the observers see the
+// step: no checkpoint holds it, and the newest checkpoint stays resumable. One skipped step is
+// tolerated (a rare spike); --max-skipped-steps in a row are not.
+void Trainer::Impl::check_step_health(const StepEvent& e, int& skipped_in_a_row) const {
+  const dist::StepResult& r = *e.result;
+  const std::string where = "training stopped at step " + std::to_string(e.global_step) +
+                            " (epoch " + std::to_string(e.epoch + 1) + "): ";
+  const std::string advice =
+      "; lower --lr (now " + number(e.lr) + "), check the data for huge or non-finite values" +
+      (config.checkpoint_dir.empty()
+           ? std::string()
+           : ", and resume from the newest checkpoint in " + config.checkpoint_dir);
+  if (r.skipped) {
+    ++skipped_in_a_row;
+    if (config.max_skipped_steps > 0 && skipped_in_a_row >= config.max_skipped_steps) {
+      throw JobStopped(where + std::to_string(skipped_in_a_row) +
+                           " steps in a row were skipped because their gradients were not "
+                           "finite (loss " +
+                           number(r.loss) + "), so the model no longer learns" + advice +
+                           " (--max-skipped-steps sets how many skips in a row stop a run)",
+                       1, is_root());
+    }
+    return;
+  }
+  skipped_in_a_row = 0;
+  if (!std::isfinite(r.loss)) {
+    throw JobStopped(where + "the loss is " + number(r.loss) + advice, 1, is_root());
+  }
+}
 
 /// One epoch in progress: where it started, its clock and its metric sums so far.
 struct Trainer::Impl::EpochRun {
@@ -35,7 +77,7 @@ struct Trainer::Impl::EpochRun {
 };
 
 FitSummary Trainer::Impl::fit() {
-  const StartPoint start = restore();
+  // `start` comes from the constructor's restore() (a second fit() starts there again).
   runtime.barrier();  // line the ranks' trace clocks up
   trace.set_epoch_now();
   const auto observers = make_observers(*this);
@@ -49,6 +91,7 @@ FitSummary Trainer::Impl::fit() {
     return config.max_steps > 0 && step >= config.max_steps;
   };
   bool stop = reached(global_step);
+  int skipped_in_a_row = 0;
   if (stop && is_root())
     progress.message("[mirror] global step " + std::to_string(global_step) +
                      " already reaches --max-steps; nothing to train");
@@ -62,6 +105,7 @@ FitSummary Trainer::Impl::fit() {
       event.data_wait_seconds = wait;
       event.step_seconds = seconds_since(step_start);
       record_step(run, event);
+      check_step_health(event, skipped_in_a_row);
       // Note [Preemption]: the flag came through the step's all-reduce, so every rank stops
       // here; the checkpoint observer saves at the last step.
       summary.preempted = event.result->stop_requested;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "mirror/train/metrics_log.h"
 #include "mirror/train/trace.h"
 #include "mirror/train/trainer.h"
+#include "train/step_memory.h"
 
 namespace mirror::train {
 
@@ -29,6 +31,7 @@ namespace mirror::train {
 struct ConfigTask {
   Task task;
   std::string name;
+  std::vector<std::string> warnings;  // about the data (Note [Data magnitude]); rank 0 prints
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
 /// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
@@ -37,6 +40,7 @@ ConfigTask task_from_config(const TrainConfig& config);
 
 struct DataSplits {
   std::shared_ptr<const data::Dataset> train, test;  // test null when no test files are named
+  std::vector<std::string> warnings;                 // Note [Data magnitude] (train_own_data.cpp)
 };
 /// The user's data files named by the config (arrays, CSV or token text).
 DataSplits load_own_data(const TrainConfig& config);
@@ -154,6 +158,19 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
+/// Note [Telemetry failures] (trainer_observers.cpp): prints one warning naming `e` (the path and
+/// the system's reason) and that `what` is no longer written.
+void warn_telemetry_failure(const std::exception& e, const std::string& what);
+
+/// Note [Agreed errors] (trainer.h): runs `phase` (no collective inside) on every rank, then
+/// agrees on its outcome in one all-gather; when it failed anywhere, every rank throws the first
+/// failing rank's message as a JobStopped with kExitSetupFailed, which that rank prints. Alone,
+/// the phase's own error is thrown as is.
+void agree_on_setup(dist::Runtime& rt, const std::function<void()>& phase);
+/// A set-up check whose outcome is the same on every rank by construction (a collective that
+/// compares ranks, a check of agreed values): its error becomes a JobStopped that rank 0 prints.
+void uniform_setup(const dist::Runtime& rt, const std::function<void()>& check);
+
 /// The observers of a run, in the order they are told: trace, progress, JSON log, TensorBoard
 /// scalars (rank 0, with --tensorboard), checkpoints.
 std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
@@ -180,12 +197,24 @@ struct Trainer::Impl {
   MetricsLog log;                                // rank 0 only
   TraceRecorder trace;
   Progress progress;
+  StartPoint start;  // where fit() begins: fresh, or the checkpoint restore() loaded
 
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
   void check_model_output();
-  void check_step_memory() const;  // Note [Step memory] (step_memory.h)
+  void check_step_memory() const;       // Note [Step memory] (step_memory.h)
+  void check_parameter_memory() const;  // Note [Parameter floor] (step_memory.h)
+  /// Throws OutOfMemory when `need` (per local replica) exceeds the --memory limit of a CPU
+  /// replica or the host's share for every replica of every local rank; `advice` as in
+  /// train::check_step_memory.
+  void check_host_memory(const StepMemory& need, const std::string& advice) const;
+  int optimizer_slots() const;  // per parameter: Adam 2, SGD with momentum 1
   void make_strategy();
+  void check_global_batch(int world_replicas) const;
+  /// Rank 0: creates the checkpoint folder, opens the JSON log, and tries the trace and
+  /// TensorBoard paths, so that an unwritable path fails before training (Note [Telemetry
+  /// failures], trainer_observers.cpp).
+  void open_outputs();
   void make_loaders();
   StartPoint restore();
   // restore's parts (train_resume.cpp)
@@ -206,6 +235,7 @@ struct Trainer::Impl {
   StepEvent train_step(EpochRun& run, std::vector<data::Batch>& batches, std::int64_t step,
                        std::int64_t global_step);
   void record_step(EpochRun& run, StepEvent& event);
+  void check_step_health(const StepEvent& event, int& skipped_in_a_row) const;
   EpochEvent end_epoch(EpochRun& run, std::int64_t global_step);
   std::optional<MetricSums> evaluate();
   FitSummary finish(const FitSummary& partial);

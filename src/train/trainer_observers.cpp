@@ -2,6 +2,8 @@
 // epoch lines, summary), the JSON-lines log, the TensorBoard scalars and the checkpoints.
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
+#include <optional>
 
 #include "mirror/train/tensorboard.h"
 #include "train/trainer_impl.h"
@@ -134,6 +136,12 @@ class Console final : public FitObserver {
   int epochs_;
 };
 
+// Note [Telemetry failures]: the JSON log, the TensorBoard events and the trace record a run; they
+// are not the run. A write that fails (a full disk) prints one warning naming the file and the
+// system's reason, that output stops, and training goes on to checkpoint and report. Their paths
+// are tried before training (Trainer::Impl::open_outputs), so a wrong path still fails at once
+// (exit code 3), and a failed log write leaves no half line behind (MetricsLog::write).
+
 class JsonLog final : public FitObserver {
  public:
   explicit JsonLog(MetricsLog& log) : log_(log) {}
@@ -155,7 +163,7 @@ class JsonLog final : public FitObserver {
     j["compute_ms"] = r.timing.forward_ms + r.timing.backward_ms + r.timing.optimizer_ms;
     j["exposed_comm_ms"] = r.timing.exposed_comm_ms;
     j["skipped"] = r.skipped;
-    log_.write(j);
+    write(j);
   }
 
   void on_epoch(const EpochEvent& e) override {
@@ -172,7 +180,7 @@ class JsonLog final : public FitObserver {
     j["epoch_ms"] = e.seconds * 1000;
     j["samples_per_s"] = per_second(static_cast<double>(e.samples), e.seconds);
     j["data_wait_ms"] = e.data_wait_seconds * 1000;
-    log_.write(j);
+    write(j);
   }
 
   void on_end(const FitSummary& s) override {
@@ -191,10 +199,19 @@ class JsonLog final : public FitObserver {
     j["steps"] = s.steps;
     j["final_step"] = s.final_step;
     j["replicas"] = s.world_replicas;
-    log_.write(j);
+    write(j);
   }
 
  private:
+  void write(const nlohmann::json& j) {
+    try {
+      log_.write(j);
+    } catch (const Error& e) {
+      warn_telemetry_failure(e, "the JSON log");
+      log_ = MetricsLog();  // disabled
+    }
+  }
+
   MetricsLog& log_;
 };
 
@@ -202,7 +219,13 @@ class JsonLog final : public FitObserver {
 /// global step (Note [Step numbering]); the names are listed in docs/metrics.md.
 class TensorBoardScalars final : public FitObserver {
  public:
-  explicit TensorBoardScalars(const std::string& dir) : writer_(dir) {}
+  explicit TensorBoardScalars(const std::string& dir) {
+    try {
+      writer_.emplace(dir);
+    } catch (const Error& e) {
+      warn_telemetry_failure(e, "TensorBoard data");
+    }
+  }
 
   void on_step(const StepEvent& e) override {
     const dist::StepResult& r = *e.result;
@@ -214,7 +237,7 @@ class TensorBoardScalars final : public FitObserver {
     v.emplace_back("train/samples_per_s", per_second(static_cast<double>(r.count), e.step_seconds));
     v.emplace_back("train/exposed_comm_ms", r.timing.exposed_comm_ms);
     v.emplace_back("train/data_wait_ms", e.data_wait_seconds * 1000);
-    writer_.scalars(e.global_step, v);
+    write(e.global_step, v);
   }
 
   void on_epoch(const EpochEvent& e) override {
@@ -226,11 +249,21 @@ class TensorBoardScalars final : public FitObserver {
     }
     v.emplace_back("epoch/samples_per_s", per_second(static_cast<double>(e.samples), e.seconds));
     v.emplace_back("epoch/data_wait_ms", e.data_wait_seconds * 1000);
-    writer_.scalars(e.global_step, v);
+    write(e.global_step, v);
   }
 
  private:
-  TensorBoardWriter writer_;
+  void write(std::int64_t step, const std::vector<std::pair<std::string, double>>& v) {
+    if (!writer_) return;
+    try {
+      writer_->scalars(step, v);
+    } catch (const Error& e) {
+      warn_telemetry_failure(e, "TensorBoard data");
+      writer_.reset();
+    }
+  }
+
+  std::optional<TensorBoardWriter> writer_;
 };
 
 /// Saves every --checkpoint-every steps, at the end of each epoch and when --max-steps stops
@@ -250,6 +283,11 @@ class Checkpoints final : public FitObserver {
 };
 
 }  // namespace
+
+void warn_telemetry_failure(const std::exception& e, const std::string& what) {
+  std::cerr << "[mirror] warning: " << message_for(e) << "; " << what
+            << " is not written from here on, training goes on\n";
+}
 
 std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl) {
   std::vector<std::unique_ptr<FitObserver>> out;

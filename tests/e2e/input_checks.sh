@@ -45,10 +45,10 @@ expect config-dir 2 'confdir is a directory' -- "${base[@]}" --config confdir
 expect debug-location 2 'give a JSON file \[examples/mirror_train\.cpp:[0-9]+\]' -- "${base[@]}" --config confdir --debug
 
 # Runaway memory: a batch larger than the data, and a step larger than the memory allowed.
-expect batch-million 1 'global batch \(1000000 samples\) is larger than the training set \(2000 samples\)' -- \
+expect batch-million 3 'global batch \(1000000 samples\) is larger than the training set \(2000 samples\)' -- \
   --model gru-rows --data synthetic --train-limit 2000 --test-limit 32 --devices cpu --no-progress \
   --batch-size 1000000
-expect step-memory 1 'needs at least .* of host memory, more than --memory limit=.* --accumulation' -- \
+expect step-memory 3 'needs at least .* of host memory, more than --memory limit=.* --accumulation' -- \
   --model cnn --data synthetic --train-limit 4096 --test-limit 32 --devices cpu --no-progress \
   --batch-size 4096 --memory limit=64M
 expect step-memory-fits 0 'weights fingerprint' -- "${base[@]}" --batch-size 32 --memory limit=64M
@@ -76,14 +76,14 @@ mkdir fm
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   echo "this is not gzip" >"fm/$f.gz"
 done
-expect not-gzip 1 'not gzip' -- --model cnn --data real --data-dir fm --devices cpu --no-progress
+expect not-gzip 3 'not gzip' -- --model cnn --data real --data-dir fm --devices cpu --no-progress
 grep -q 'IDX magic' not-gzip.out && fail "not-gzip: reported as a wrong IDX magic"
 
 # A word list with a NUL byte.
 mkdir dict
 printf 'apple\nbanana\ncherry\n' >dict/american-english
 printf 'apfel\nbir\0ne\nkirsche\n' >dict/ngerman
-expect word-nul 1 'ngerman: contains a NUL byte at line 2' -- --model gru-words --dict-dir dict \
+expect word-nul 3 'ngerman: contains a NUL byte at line 2' -- --model gru-words --dict-dir dict \
   --devices cpu --no-progress
 
 # Ranks given different configurations: the first differing key and both values.

@@ -116,7 +116,7 @@ expect_error "--model must be cnn, gru-rows or gru-words" "$train" --model lstm
 echo '{"epochs": 1, "bogus_key": 3}' >"$work/bad.json"
 expect_error "unknown config key 'bogus_key'" "$train" --config "$work/bad.json"
 echo '{"epochs": "many"}' >"$work/bad2.json"
-expect_error "config key 'epochs' has the wrong type" "$train" --config "$work/bad2.json"
+expect_error "config key 'epochs' must be an integer, got \"many\"" "$train" --config "$work/bad2.json"
 echo '{"epochs": ' >"$work/bad3.json"
 expect_error "is not valid JSON" "$train" --config "$work/bad3.json"
 expect_error "--resume $work/nowhere: no such folder" "$train" "${common[@]}" --resume "$work/nowhere"

@@ -14,8 +14,10 @@ enum class LogMode {
   kAppend,     // add to it (--resume: the resumed run continues its log)
 };
 
-/// Appends one JSON object per line to a file (`--log-jsonl FILE`). Each line is flushed as it
-/// is written, so `tail -f` and a crash both see whole records. Nothing is added to the records
+/// Appends one JSON object per line to a file (`--log-jsonl FILE`). Each line is written with
+/// one write(2) and taken back (the file truncated to its previous end) when that fails, so
+/// `tail -f`, a crash and a full disk all leave whole records; opening with kAppend cuts a torn
+/// last line that an older crash left. Nothing is added to the records
 /// (no wall-clock time), so two runs with the same seed write byte-identical logs; callers that
 /// want time put it in the record themselves. Only rank 0 should write: the caller decides.
 class MetricsLog {
@@ -36,8 +38,9 @@ class MetricsLog {
 
   bool enabled() const { return file_ != nullptr; }
   const std::filesystem::path& path() const { return path_; }
-  /// Writes `record` (must be a JSON object) as one line and flushes it. Throws Error when the
-  /// write fails (disk full), InvalidArgument when `record` is not an object.
+  /// Writes `record` (must be a JSON object) as one whole line. Throws Error naming the path
+  /// and the system's reason when the write fails (disk full): then the partial line is cut off
+  /// and the log disabled. InvalidArgument when `record` is not an object.
   void write(const nlohmann::json& record);
 
  private:

@@ -13,6 +13,7 @@
 
 #include "mirror/data/dataset.h"
 #include "mirror/distributed/strategy.h"
+#include "mirror/error.h"
 
 namespace mirror::dist {
 class Runtime;
@@ -69,6 +70,9 @@ struct TrainConfig {
   int accumulation = 1;
   bool on_oom_split = true;
   int divergence_check_every = 100;
+  // Stop the run (exit code 1) after this many skipped steps in a row (non-finite gradients);
+  // 0 = never (Note [Failed runs], trainer_fit.cpp).
+  int max_skipped_steps = 10;
   // output
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch only
@@ -99,6 +103,9 @@ struct TrainConfig {
 /// InvalidArgument for a batch <= 0 or a negative / non-finite weight decay.
 void check_batch_flag(const char* flag, std::int64_t value);
 void check_weight_decay_flag(double value);
+/// --seed text as 0 .. 2^64-1: InvalidArgument for a sign ("-1" would wrap around), a fraction
+/// or anything else that is not a whole number in range.
+std::uint64_t parse_seed(const std::string& text);
 
 /// Metrics of the last epoch. Accuracy is per sample for softmax cross-entropy and per target
 /// element for binary cross-entropy; mse/mae are set for mean squared error (0 otherwise).
@@ -122,6 +129,28 @@ struct FitSummary {
   // Stopped early by SIGTERM/SIGINT/SIGUSR1 on some rank (Note [Preemption], preemption.h):
   // every rank stopped after the same step and rank 0 checkpointed it (with --checkpoint-dir).
   bool preempted = false;
+};
+
+/// Exit code of mirror-train when its set-up fails after start-up (a bad model spec, data file,
+/// output path or a model/data/memory mismatch): a restart would fail the same way, so
+/// launch/mirrorrun does not restart it. 2 is a rejected command line, 1 a run-time failure.
+inline constexpr int kExitSetupFailed = 3;
+
+/// Note [Agreed errors]: an error that every rank of the job raised together, after agreeing on
+/// it (a set-up check, a diverged loss). No rank is left waiting in a collective, so the program
+/// prints it once (on the rank whose speaker() is true) and exits with exit_code() on every
+/// rank, instead of aborting the job (MPI_Abort: exit code 1 and Open MPI's noise). In a job of
+/// one rank the Trainer's set-up errors keep their own type (InvalidArgument, DataError, ...).
+class JobStopped : public Error {
+ public:
+  JobStopped(const std::string& message, int exit_code, bool speaker)
+      : Error(message), exit_code_(exit_code), speaker_(speaker) {}
+  int exit_code() const { return exit_code_; }
+  bool speaker() const { return speaker_; }
+
+ private:
+  int exit_code_;
+  bool speaker_;
 };
 
 /// What the generic fit loop trains: any model and any data. mirror-train's built-in models are
