@@ -246,7 +246,8 @@ int main(int argc, char** argv) {
     std::cerr << "mirror-train: error: " << mirror::message_for(e) << " (see --help)\n";
     return 2;
   }
-  // Before MPI start-up too: a stop signal during start-up stops after the first step.
+  // Before MPI start-up and before any thread exists, so that every thread inherits the block
+  // (Note [Stop signals], preemption.cpp); a stop signal during start-up stops after step 1.
   mirror::dist::install_stop_handlers();
   mirror::dist::RunOptions run_options;
   run_options.startup_timeout =
@@ -254,7 +255,7 @@ int main(int argc, char** argv) {
   return mirror::dist::run_main(
       argc, argv,
       [&](mirror::dist::Runtime& runtime) {
-        // After MPI start-up, so these handlers are the ones in place (Note [Preemption]).
+        // Again after MPI start-up, in case MPI replaced the fallback handler (Note [Preemption]).
         mirror::dist::install_stop_handlers();
         auto stop = [&](const std::exception& e, int code, bool speaker) {
           if (speaker) {

@@ -4,14 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "mirror/data/fashion_mnist.h"
-#include "mirror/distributed/preemption.h"
 #include "mirror/error.h"
 #include "mirror/json_input.h"
 #include "mirror/train/metrics_log.h"
@@ -312,16 +310,6 @@ TEST(DataFiles, FashionMnistFileNamedGzThatIsNotGzipSaysNotGzip) {
     EXPECT_NE(msg.find("t10k-images-idx3-ubyte.gz: not gzip"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("IDX magic"), std::string::npos) << msg;
   }
-}
-
-TEST(StopRequest, SetByTheSignalHandlerOnce) {
-  dist::clear_stop_request();
-  dist::install_stop_handlers();
-  EXPECT_FALSE(dist::stop_requested());
-  std::raise(SIGUSR1);  // a first signal only sets the flag
-  EXPECT_TRUE(dist::stop_requested());
-  dist::clear_stop_request();
-  EXPECT_FALSE(dist::stop_requested());
 }
 
 }  // namespace

@@ -20,7 +20,9 @@ inline constexpr int kExitPreempted = 5;
 // forwarded to the ranks without any SIGKILL and mpirun exits 5, so launch/mirrorrun turns its
 // first SIGTERM/SIGINT into SIGUSR1 for mpirun (Slurm: `--signal=USR1@60` does the same).
 
-/// Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (idempotent).
+/// Routes SIGTERM, SIGINT and SIGUSR1 to one thread of their own that sets the flag, and blocks
+/// them in the calling thread and so in every thread created after it (Note [Stop signals],
+/// preemption.cpp): call it first in main(), before any thread exists. Idempotent.
 void install_stop_handlers();
 /// True once a stop signal arrived at this process (or request_stop() was called).
 bool stop_requested();
