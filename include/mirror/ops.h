@@ -158,6 +158,41 @@ Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, c
                     const GruForwardResult& fwd, const Tensor& dy, const Tensor& dh_last,
                     GruWeights& dw);
 
+// ---------------------------------------------------------------- LSTM
+/// Weights in PyTorch/cuDNN layout and gate order (i, f, g, o):
+///   w_ih [4H, F], w_hh [4H, H], b_ih [4H], b_hh [4H].
+/// Semantics are docs/architecture.md invariant 6 (PyTorch nn.LSTM, cuDNN CUDNN_LSTM).
+struct LstmWeights {
+  Tensor w_ih, w_hh, b_ih, b_hh;
+};
+struct LstmForwardResult {
+  Tensor y;        // [N, T, H]; steps at or past a sequence's length hold zeros
+  Tensor h_last;   // [N, H]: hidden state after each sequence's last valid step
+  Tensor c_last;   // [N, H]: cell state after each sequence's last valid step
+  Tensor reserve;  // backend-specific saved activations for backward
+};
+/// x [N, T, F]; lengths int32 [N] on the HOST, each in [1, T]; h0 = c0 = 0. Past a sequence's
+/// length both states are carried unchanged.
+LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                               const LstmWeights& w, bool training);
+/// dy [N, T, H] and dh_last [N, H] (either may be undefined, not both). Returns dx [N, T, F];
+/// weight gradients are accumulated into `dw` (same layout as `w`).
+Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                     const LstmWeights& w, const LstmForwardResult& fwd, const Tensor& dy,
+                     const Tensor& dh_last, LstmWeights& dw);
+
+// ---------------------------------------------------------------- sequence layout
+/// x [N, T, F] -> y with y[n, t] = x[n, len_n - 1 - t] for t < len_n and y[n, t] = x[n, t]
+/// past the length: each sequence reversed within its own length (PyTorch's packed reverse,
+/// not a reversal of the padding). Its own inverse, so it is also its own backward.
+Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths);
+/// a [..., A] and b [..., B] with equal leading dimensions -> [..., A + B].
+Tensor concat_features(const Tensor& a, const Tensor& b);
+/// y [..., W] -> y[..., begin : begin + count] (a copy).
+Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count);
+/// a * b element-wise (same shape and dtype).
+Tensor multiply(const Tensor& a, const Tensor& b);
+
 // ---------------------------------------------------------------- optimizer updates
 /// SGD with momentum (buf may be undefined when momentum == 0), Nesterov, L2 weight decay.
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,

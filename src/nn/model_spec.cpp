@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "mirror/nn/bidirectional.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/models.h"
 #include "nn/model_spec_internal.h"
@@ -389,24 +390,40 @@ struct ModelSpecParser {
     return {{{"type", "masking"}}};
   }
 
-  std::vector<json> gru(Fields& f, bool) {
+  std::vector<json> gru(Fields& f, bool) { return recurrent(f, "gru", false); }
+  std::vector<json> lstm(Fields& f, bool) { return recurrent(f, "lstm", false); }
+
+  /// GRU and LSTM (`kind`); `backwards`: the backward layer of a Bidirectional, which Keras
+  /// writes with go_backwards = true.
+  std::vector<json> recurrent(Fields& f, const std::string& kind, bool backwards) {
+    const std::string layer = kind == "gru" ? "GRU" : "LSTM";
     const auto units = f.integer("units", "", 0, 1);
     if (units == 0) f.fail("units", "required (a positive integer)");
     const bool seq = f.boolean("return_sequences", "", false);
-    f.require_bool("reset_after", true, "Mirror's GRU is the reset-after (cuDNN/PyTorch) form");
+    json j = {{"type", kind}, {"units", units}, {"return_sequences", seq}};
+    if (kind == "gru") {
+      f.require_bool("reset_after", true, "Mirror's GRU is the reset-after (cuDNN/PyTorch) form");
+    } else {
+      j["unit_forget_bias"] = f.boolean("unit_forget_bias", "", true);
+    }
     if (activation_field(f, "activation", "tanh") != "tanh") {
       f.fail("activation", "only tanh is supported");
     }
     if (activation_field(f, "recurrent_activation", "sigmoid") != "sigmoid") {
       f.fail("recurrent_activation", "only sigmoid is supported");
     }
-    f.require_bool("use_bias", true, "Mirror's GRU always has biases");
+    f.require_bool("use_bias", true, "Mirror's " + layer + " always has biases");
     f.require_bool("return_state", false, "a Sequential passes one tensor on");
-    f.require_bool("go_backwards", false, "Mirror's GRU reads forwards");
+    if (backwards) {
+      f.require_bool("go_backwards", true, "it is the backward layer of a Bidirectional");
+    } else {
+      f.require_bool("go_backwards", false,
+                     "Mirror's " + layer + " reads forwards; wrap it in a Bidirectional");
+    }
     f.require_bool("stateful", false, "every batch starts from a zero state");
     f.require_bool("time_major", false, "inputs are [N, T, F]");
     for (const char* d : {"dropout", "recurrent_dropout"}) {
-      if (f.number(d, "", 0.0) != 0.0) f.fail(d, "only 0 is supported (no GRU dropout)");
+      if (f.number(d, "", 0.0) != 0.0) f.fail(d, "only 0 is supported (no " + layer + " dropout)");
     }
     f.initializer("kernel_initializer", "GlorotUniform");
     f.initializer("recurrent_initializer", "Orthogonal");
@@ -416,7 +433,50 @@ struct ModelSpecParser {
                         "bias_constraint"});
     f.finish(
         {"batch_input_shape", "input_shape", "unroll", "implementation", "zero_output_for_mask"});
-    return {{{"type", "gru"}, {"units", units}, {"return_sequences", seq}}};
+    return {j};
+  }
+
+  /// The recurrent layer inside a Bidirectional: a Keras {"class_name", "config"} or a Mirror
+  /// {"type", ...} object, as canonical JSON.
+  json wrapped_recurrent(Fields& outer, const std::string& field, const json& entry,
+                         bool backwards) {
+    const bool keras = entry.is_object() && entry.contains("class_name");
+    if (!entry.is_object() || (!keras && !entry.contains("type"))) {
+      outer.fail(field, "expected a GRU or LSTM layer object, got " + entry.dump());
+    }
+    const std::string type =
+        lower(keras ? entry["class_name"].get<std::string>() : entry["type"].get<std::string>());
+    if (type != "gru" && type != "lstm") {
+      outer.fail(field, "Mirror wraps GRU or LSTM only, got '" + type + "'");
+    }
+    json config = keras ? entry.value("config", json::object()) : entry;
+    if (!keras) config.erase("type");
+    Fields f(source + ", field '" + field + "'", config);
+    return recurrent(f, type, backwards)[0];
+  }
+
+  std::vector<json> bidirectional(Fields& f, bool) {
+    std::string field;
+    const json* layer = f.take("layer", "", &field);
+    if (layer == nullptr) f.fail("layer", "required (the GRU or LSTM to run both ways)");
+    const json inner = wrapped_recurrent(f, "layer", *layer, false);
+    const std::string mode = f.text("merge_mode", "", "concat");
+    try {
+      parse_merge_mode(mode);
+    } catch (const InvalidArgument& e) {
+      f.fail("merge_mode", e.what());
+    }
+    // Keras 3 writes the backward layer out in full: it must be the forward one read backwards.
+    if (const json* back = f.take("backward_layer", "", &field)) {
+      if (wrapped_recurrent(f, "backward_layer", *back, true) != inner) {
+        f.fail("backward_layer",
+               "Mirror's backward direction is a copy of 'layer' (go_backwards aside), got a "
+               "different layer: " +
+                   back->dump());
+      }
+    }
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "bidirectional"}, {"merge_mode", mode}, {"layer", inner}}};
   }
 
   std::vector<json> activation(Fields& f, bool) {
@@ -504,6 +564,8 @@ struct ModelSpecParser {
         {{"embedding"}, &ModelSpecParser::embedding},
         {{"masking"}, &ModelSpecParser::masking},
         {{"gru"}, &ModelSpecParser::gru},
+        {{"lstm"}, &ModelSpecParser::lstm},
+        {{"bidirectional"}, &ModelSpecParser::bidirectional},
         {{"activation"}, &ModelSpecParser::activation},
         {{"relu"}, &ModelSpecParser::relu},
     };
@@ -530,7 +592,8 @@ struct ModelSpecParser {
     throw InvalidArgument(where(index, type) +
                           ": unknown layer type; supported: conv2d (Conv2D), "
                           "maxpool2d (MaxPooling2D), flatten, dense, dropout, embedding, "
-                          "masking, gru, activation, relu (ReLU), input (InputLayer)");
+                          "masking, gru, lstm, bidirectional, activation, relu (ReLU), "
+                          "input (InputLayer)");
   }
 
   void layers(const json& list) {

@@ -124,7 +124,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       s = {shape_numel(s)};
     } else if (type == "dense") {
       w.expect_rank(s, 1, "a flat input [features]",
-                    s.size() > 1 ? " (add a flatten before it, or end a gru without "
+                    s.size() > 1 ? " (add a flatten before it, or end a gru/lstm without "
                                    "return_sequences)"
                                  : "");
       if (!l.contains("units")) {
@@ -138,10 +138,12 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                std::to_string(data.outputs) + " outputs (classes or target elements)");
       }
       s = {l["units"].get<std::int64_t>()};
-    } else if (type == "gru") {
+    } else if (type == "gru" || type == "lstm" || type == "bidirectional") {
       w.expect_rank(s, 2, "sequences [T, F]", "");
-      const auto units = l["units"].get<std::int64_t>();
-      s = l["return_sequences"].get<bool>() ? Shape{s[0], units} : Shape{units};
+      const json& rnn = type == "bidirectional" ? l["layer"] : l;
+      auto units = rnn["units"].get<std::int64_t>();
+      if (type == "bidirectional" && l["merge_mode"] == "concat") units *= 2;
+      s = rnn["return_sequences"].get<bool>() ? Shape{s[0], units} : Shape{units};
     }
     // dropout, activation: the shape passes through.
   }
