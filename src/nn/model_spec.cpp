@@ -468,11 +468,12 @@ struct ModelSpecParser {
     }
     // Keras 3 writes the backward layer out in full: it must be the forward one read backwards.
     if (const json* back = f.take("backward_layer", "", &field)) {
-      if (wrapped_recurrent(f, "backward_layer", *back, true) != inner) {
+      const json backward = wrapped_recurrent(f, "backward_layer", *back, true);
+      if (backward != inner) {
         f.fail("backward_layer",
-               "Mirror's backward direction is a copy of 'layer' (go_backwards aside), got a "
-               "different layer: " +
-                   back->dump());
+               "Mirror's backward direction is a copy of 'layer' (go_backwards aside), but it "
+               "reads as " +
+                   backward.dump() + " and 'layer' as " + inner.dump());
       }
     }
     f.finish({"batch_input_shape", "input_shape"});
