@@ -1,5 +1,5 @@
 // Tests of ops::lstm_forward / ops::lstm_backward on the CPU: an independent reference of the
-// equations (docs/architecture.md invariant 6) with mixed lengths, central finite differences in
+// equations (docs/architecture.md invariant 5) with mixed lengths, central finite differences in
 // float64 with shorter sequences and both gradient sources, float32 vs float64, accumulation,
 // empty sizes and argument errors.
 #include <gtest/gtest.h>

@@ -161,7 +161,7 @@ Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, c
 // ---------------------------------------------------------------- LSTM
 /// Weights in PyTorch/cuDNN layout and gate order (i, f, g, o):
 ///   w_ih [4H, F], w_hh [4H, H], b_ih [4H], b_hh [4H].
-/// Semantics are docs/architecture.md invariant 6 (PyTorch nn.LSTM, cuDNN CUDNN_LSTM).
+/// Semantics are docs/architecture.md invariant 5 (PyTorch nn.LSTM, cuDNN CUDNN_LSTM).
 struct LstmWeights {
   Tensor w_ih, w_hh, b_ih, b_hh;
 };

@@ -1,7 +1,7 @@
 // defines: the LSTM cell's element-wise math (forward gates and their backward), written once for
 // the CPU loops and any CUDA kernel, so the CPU tests check the arithmetic a device would run.
 //
-// Semantics are docs/architecture.md invariant 6 (PyTorch nn.LSTM, cuDNN CUDNN_LSTM), per hidden
+// Semantics are docs/architecture.md invariant 5 (PyTorch nn.LSTM, cuDNN CUDNN_LSTM), per hidden
 // unit, gate order i, f, g, o:
 //   i  = sigmoid(xi + hi)            xi = (W_i x + b_ii),  hi = (U_i h + b_hi)
 //   f  = sigmoid(xf + hf)            ... likewise for f, g, o

@@ -72,7 +72,7 @@ class GRU : public Recurrent {
   ops::GruForwardResult fwd_;
 };
 
-/// Long short-term memory with the semantics of docs/architecture.md invariant 6 (PyTorch
+/// Long short-term memory with the semantics of docs/architecture.md invariant 5 (PyTorch
 /// nn.LSTM, cuDNN CUDNN_LSTM; gate order i, f, g, o; Keras's i, f, c, o is the same order, see
 /// docs/checkpoint.md). Input [N, T, F]; output [N, units] (the hidden state after each
 /// sequence's last valid step; both states are carried unchanged past it) or, with
