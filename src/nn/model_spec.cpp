@@ -480,6 +480,89 @@ struct ModelSpecParser {
     return {{{"type", "bidirectional"}, {"merge_mode", mode}, {"layer", inner}}};
   }
 
+  // ------------------------------------------------------------ 1-D layers over [T, C]
+
+  /// An integer or a list of one (Keras writes kernel_size, strides, ... as [k]).
+  std::int64_t single(Fields& f, const std::string& name, const std::string& alias,
+                      std::int64_t fallback) {
+    std::string field;
+    const json* v = f.take(name, alias, &field);
+    if (v == nullptr) return fallback;
+    const json& x = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
+    if (!x.is_number_integer() || x.get<std::int64_t>() < 1 || x.get<std::int64_t>() > 65536) {
+      f.fail(field, "expected a positive integer or [integer], got " + v->dump());
+    }
+    return x.get<std::int64_t>();
+  }
+
+  /// Mirror's sequences are [T, C]: only Keras's channels_last.
+  void sequence_format(Fields& f) {
+    const std::string fmt = lower(f.text("data_format", "", "channels_last"));
+    if (fmt != "channels_last") {
+      f.fail("data_format",
+             "1-D layers read sequences [T, C]: only channels_last, got \"" + fmt + "\"");
+    }
+  }
+
+  std::string padding_1d(Fields& f, bool causal_ok) {
+    const std::string p = lower(f.text("padding", "", "valid"));
+    if (p != "valid" && p != "same" && (!causal_ok || p != "causal")) {
+      f.fail("padding", std::string("expected \"valid\", \"same\"") +
+                            (causal_ok ? " or \"causal\"" : "") + ", got \"" + p + "\"");
+    }
+    return p;
+  }
+
+  std::vector<json> conv1d(Fields& f, bool) {
+    const auto filters = f.integer("filters", "", 0, 1);
+    if (filters == 0) f.fail("filters", "required (a positive integer)");
+    std::string kf;
+    if (!f.take("kernel", "kernel_size", &kf)) f.fail("kernel", "required (an integer)");
+    const auto kernel = single(f, "kernel", "kernel_size", 1);
+    const auto stride = single(f, "strides", "stride", 1);
+    const auto dilation = single(f, "dilation_rate", "", 1);
+    if (stride > 1 && dilation > 1) {
+      f.fail("dilation_rate", "strides > 1 together with dilation_rate > 1 is not supported");
+    }
+    if (f.integer("groups", "", 1, 1) != 1) f.fail("groups", "only 1 is supported");
+    const std::string padding = padding_1d(f, true);
+    const std::string act = activation_field(f, "activation", "linear");
+    kernel_and_bias_defaults(f, "Conv1D");
+    sequence_format(f);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "conv1d"},
+             {"filters", filters},
+             {"kernel", kernel},
+             {"strides", stride},
+             {"dilation_rate", dilation},
+             {"padding", padding},
+             {"activation", act}}};
+  }
+
+  std::vector<json> pool1d(Fields& f, const std::string& type) {
+    const auto pool = single(f, "pool", "pool_size", 2);
+    const auto stride = single(f, "strides", "stride", pool);
+    const std::string padding = padding_1d(f, false);
+    sequence_format(f);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", type}, {"pool", pool}, {"strides", stride}, {"padding", padding}}};
+  }
+  std::vector<json> maxpool1d(Fields& f, bool) { return pool1d(f, "maxpool1d"); }
+  std::vector<json> avgpool1d(Fields& f, bool) { return pool1d(f, "avgpool1d"); }
+
+  std::vector<json> global_pool1d(Fields& f, const std::string& type) {
+    f.require_bool("keepdims", false, "the pooled output is [C]");
+    sequence_format(f);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", type}}};
+  }
+  std::vector<json> global_maxpool1d(Fields& f, bool) {
+    return global_pool1d(f, "global_maxpool1d");
+  }
+  std::vector<json> global_avgpool1d(Fields& f, bool) {
+    return global_pool1d(f, "global_avgpool1d");
+  }
+
   std::vector<json> activation(Fields& f, bool) {
     std::string field;
     if (!f.take("activation", "", &field)) f.fail("activation", "required");
@@ -567,6 +650,14 @@ struct ModelSpecParser {
         {{"gru"}, &ModelSpecParser::gru},
         {{"lstm"}, &ModelSpecParser::lstm},
         {{"bidirectional"}, &ModelSpecParser::bidirectional},
+        {{"conv1d", "convolution1d"}, &ModelSpecParser::conv1d},
+        {{"maxpool1d", "maxpooling1d", "max_pooling1d"}, &ModelSpecParser::maxpool1d},
+        {{"avgpool1d", "averagepooling1d", "average_pooling1d"}, &ModelSpecParser::avgpool1d},
+        {{"global_maxpool1d", "globalmaxpooling1d", "global_max_pooling1d", "globalmaxpool1d"},
+         &ModelSpecParser::global_maxpool1d},
+        {{"global_avgpool1d", "globalaveragepooling1d", "global_average_pooling1d",
+          "globalavgpool1d"},
+         &ModelSpecParser::global_avgpool1d},
         {{"activation"}, &ModelSpecParser::activation},
         {{"relu"}, &ModelSpecParser::relu},
     };
@@ -593,8 +684,10 @@ struct ModelSpecParser {
     throw InvalidArgument(where(index, type) +
                           ": unknown layer type; supported: conv2d (Conv2D), "
                           "maxpool2d (MaxPooling2D), flatten, dense, dropout, embedding, "
-                          "masking, gru, lstm, bidirectional, activation, relu (ReLU), "
-                          "input (InputLayer)");
+                          "masking, gru, lstm, bidirectional, conv1d (Conv1D), maxpool1d "
+                          "(MaxPooling1D), avgpool1d (AveragePooling1D), global_maxpool1d "
+                          "(GlobalMaxPooling1D), global_avgpool1d (GlobalAveragePooling1D), "
+                          "activation, relu (ReLU), input (InputLayer)");
   }
 
   void layers(const json& list) {

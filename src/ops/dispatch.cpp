@@ -368,81 +368,172 @@ Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
 }
 
 Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) {
-    KernelSet& k = backend("reverse_sequences", {&x});
-    require_float(x, "reverse_sequences");
-    MIRROR_REQUIRE(x.rank() == 3, "reverse_sequences", "expected x [N, T, F], got " + x.str());
-    MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == x.dim(0), "reverse_sequences",
-                   std::to_string(lengths.size()) + " lengths for " + x.str());
-    for (std::size_t i = 0; i < lengths.size(); ++i) {
-      MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= x.dim(1), "reverse_sequences",
-                     "length " + std::to_string(lengths[i]) + " of sample " + std::to_string(i) +
-                         " outside [1, " + std::to_string(x.dim(1)) + "]");
-    }
-    return k.reverse_sequences(x, lengths);
+  KernelSet& k = backend("reverse_sequences", {&x});
+  require_float(x, "reverse_sequences");
+  MIRROR_REQUIRE(x.rank() == 3, "reverse_sequences", "expected x [N, T, F], got " + x.str());
+  MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == x.dim(0), "reverse_sequences",
+                 std::to_string(lengths.size()) + " lengths for " + x.str());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= x.dim(1), "reverse_sequences",
+                   "length " + std::to_string(lengths[i]) + " of sample " + std::to_string(i) +
+                       " outside [1, " + std::to_string(x.dim(1)) + "]");
+  }
+  return k.reverse_sequences(x, lengths);
 }
 
 Tensor concat_features(const Tensor& a, const Tensor& b) {
-    KernelSet& k = backend("concat_features", {&a, &b});
-    require_float(a, "concat_features");
-    bool same = a.rank() >= 1 && a.rank() == b.rank() && a.dtype() == b.dtype();
-    for (int i = 0; same && i + 1 < a.rank(); ++i) same = a.dim(i) == b.dim(i);
-    MIRROR_REQUIRE(
-        same, "concat_features",
-        "expected equal leading dimensions and dtypes, got " + a.str() + " and " + b.str());
-    return k.concat_features(a, b);
+  KernelSet& k = backend("concat_features", {&a, &b});
+  require_float(a, "concat_features");
+  bool same = a.rank() >= 1 && a.rank() == b.rank() && a.dtype() == b.dtype();
+  for (int i = 0; same && i + 1 < a.rank(); ++i) same = a.dim(i) == b.dim(i);
+  MIRROR_REQUIRE(
+      same, "concat_features",
+      "expected equal leading dimensions and dtypes, got " + a.str() + " and " + b.str());
+  return k.concat_features(a, b);
 }
 
 Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count) {
-    KernelSet& k = backend("slice_features", {&y});
-    require_float(y, "slice_features");
-    MIRROR_REQUIRE(
-        y.rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= y.dim(y.rank() - 1),
-        "slice_features",
-        "features [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
-            ") outside the last dimension of " + y.str());
-    return k.slice_features(y, begin, count);
+  KernelSet& k = backend("slice_features", {&y});
+  require_float(y, "slice_features");
+  MIRROR_REQUIRE(y.rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= y.dim(y.rank() - 1),
+                 "slice_features",
+                 "features [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                     ") outside the last dimension of " + y.str());
+  return k.slice_features(y, begin, count);
 }
 
 Tensor multiply(const Tensor& a, const Tensor& b) {
-    KernelSet& k = backend("multiply", {&a, &b});
-    require_float(a, "multiply");
-    require_same(a, b, "multiply");
-    return k.multiply(a, b);
+  KernelSet& k = backend("multiply", {&a, &b});
+  require_float(a, "multiply");
+  require_same(a, b, "multiply");
+  return k.multiply(a, b);
+}
+
+Window1D Window1D::make(const std::string& padding, int in, int k, int stride, int dilation) {
+  MIRROR_REQUIRE(in >= 0 && k >= 1 && stride >= 1 && dilation >= 1, "window1d",
+                 "expected steps >= 0 and positive kernel, stride and dilation, got steps " +
+                     std::to_string(in) + ", kernel " + std::to_string(k) + ", stride " +
+                     std::to_string(stride) + ", dilation " + std::to_string(dilation));
+  Window1D g{k, stride, dilation, 0, 0};
+  if (padding == "valid") return g;
+  if (padding == "causal") {
+    g.pad_left = g.span() - 1;
+    return g;
+  }
+  MIRROR_REQUIRE(padding == "same", "window1d",
+                 "unknown padding '" + padding + "'; expected valid, same or causal");
+  const int out = (in + stride - 1) / stride;
+  const int total = std::max((out - 1) * stride + g.span() - in, 0);
+  g.pad_left = total / 2;
+  g.pad_right = total - g.pad_left;
+  return g;
+}
+
+namespace {
+void check_window(const Window1D& g, std::int64_t steps, const char* op) {
+  MIRROR_REQUIRE(g.k >= 1 && g.stride >= 1 && g.dilation >= 1 && g.pad_left >= 0 &&
+                     g.pad_right >= 0 && g.out(static_cast<int>(steps)) >= 1,
+                 op,
+                 "window (kernel " + std::to_string(g.k) + ", stride " + std::to_string(g.stride) +
+                     ", dilation " + std::to_string(g.dilation) + ", padding " +
+                     std::to_string(g.pad_left) + "/" + std::to_string(g.pad_right) +
+                     ") does not fit " + std::to_string(steps) + " steps");
+}
+
+void check_lengths(const std::vector<std::int32_t>& lengths, std::int64_t n, std::int64_t t,
+                   const char* op) {
+  MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == n, op,
+                 std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(n));
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= t, op,
+                   "length " + std::to_string(lengths[i]) + " of sample " + std::to_string(i) +
+                       " outside [1, " + std::to_string(t) + "]");
+  }
+}
+}  // namespace
+
+Tensor im2col1d(const Tensor& x, const Window1D& g) {
+  KernelSet& k = backend("im2col1d", {&x});
+  require_float(x, "im2col1d");
+  MIRROR_REQUIRE(x.rank() == 3, "im2col1d", "expected x [N, T, C], got " + x.str());
+  check_window(g, x.dim(1), "im2col1d");
+  return k.im2col1d(x, g);
+}
+
+Tensor col2im1d(const Tensor& cols, const Window1D& g, std::int64_t steps) {
+  KernelSet& k = backend("col2im1d", {&cols});
+  require_float(cols, "col2im1d");
+  check_window(g, steps, "col2im1d");
+  MIRROR_REQUIRE(
+      cols.rank() == 3 && cols.dim(1) == g.out(static_cast<int>(steps)) && cols.dim(2) % g.k == 0,
+      "col2im1d",
+      "expected columns [N, " + std::to_string(g.out(static_cast<int>(steps))) + ", k * C] for " +
+          std::to_string(steps) + " steps, got " + cols.str());
+  return k.col2im1d(cols, g, steps);
+}
+
+Tensor pool1d_forward(Pool1D mode, const Tensor& x, const std::vector<std::int32_t>& lengths,
+                      const Window1D& g) {
+  KernelSet& k = backend("pool1d_forward", {&x});
+  require_float(x, "pool1d_forward");
+  MIRROR_REQUIRE(x.rank() == 3, "pool1d_forward", "expected x [N, T, C], got " + x.str());
+  check_window(g, x.dim(1), "pool1d_forward");
+  check_lengths(lengths, x.dim(0), x.dim(1), "pool1d_forward");
+  return k.pool1d_forward(mode, x, lengths, g);
+}
+
+Tensor pool1d_backward(Pool1D mode, const Tensor& x, const Tensor& dy,
+                       const std::vector<std::int32_t>& lengths, const Window1D& g) {
+  KernelSet& k = backend("pool1d_backward", {&x, &dy});
+  require_float(x, "pool1d_backward");
+  MIRROR_REQUIRE(x.rank() == 3, "pool1d_backward", "expected x [N, T, C], got " + x.str());
+  check_window(g, x.dim(1), "pool1d_backward");
+  check_lengths(lengths, x.dim(0), x.dim(1), "pool1d_backward");
+  const Shape want{x.dim(0), g.out(static_cast<int>(x.dim(1))), x.dim(2)};
+  MIRROR_REQUIRE(dy.shape() == want && dy.dtype() == x.dtype(), "pool1d_backward",
+                 "expected dy " + shape_str(want) + " of x's dtype, got " + dy.str());
+  return k.pool1d_backward(mode, x, dy, lengths, g);
+}
+
+Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths) {
+  KernelSet& k = backend("zero_past_lengths", {&x});
+  require_float(x, "zero_past_lengths");
+  MIRROR_REQUIRE(x.rank() >= 2, "zero_past_lengths", "expected x [N, T, ...], got " + x.str());
+  check_lengths(lengths, x.dim(0), x.dim(1), "zero_past_lengths");
+  return k.zero_past_lengths(x, lengths);
 }
 
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,
                 bool nesterov, double weight_decay) {
-    KernelSet& k = backend("sgd_update", {&param, &grad, &momentum_buf});
-    MIRROR_REQUIRE(param.numel() == grad.numel(), "sgd_update",
-                   param.str() + " vs grad " + grad.str());
-    MIRROR_REQUIRE(momentum == 0 || momentum_buf.defined(), "sgd_update",
-                   "momentum needs a buffer");
-    k.sgd_update(param, grad, momentum_buf, lr, momentum, nesterov, weight_decay);
+  KernelSet& k = backend("sgd_update", {&param, &grad, &momentum_buf});
+  MIRROR_REQUIRE(param.numel() == grad.numel(), "sgd_update",
+                 param.str() + " vs grad " + grad.str());
+  MIRROR_REQUIRE(momentum == 0 || momentum_buf.defined(), "sgd_update", "momentum needs a buffer");
+  k.sgd_update(param, grad, momentum_buf, lr, momentum, nesterov, weight_decay);
 }
 
 void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
                  double beta2, double eps, double weight_decay, bool decoupled, std::int64_t step) {
-    KernelSet& k = backend("adam_update", {&param, &grad, &m, &v});
-    MIRROR_REQUIRE(
-        param.numel() == grad.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
-        "adam_update",
-        "param " + param.str() + ", grad " + grad.str() + ", m " + m.str() + ", v " + v.str());
-    MIRROR_REQUIRE(step >= 1, "adam_update", "step is 1-based");
-    k.adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+  KernelSet& k = backend("adam_update", {&param, &grad, &m, &v});
+  MIRROR_REQUIRE(
+      param.numel() == grad.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
+      "adam_update",
+      "param " + param.str() + ", grad " + grad.str() + ", m " + m.str() + ", v " + v.str());
+  MIRROR_REQUIRE(step >= 1, "adam_update", "step is 1-based");
+  k.adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
 }
 
 std::uint64_t fingerprint(const Tensor& a) {
-    // FNV-1a over the bytes, on the host: a check every K steps, not a hot path.
-    std::vector<std::uint8_t> bytes(a.nbytes());
-    if (!bytes.empty())
-      kernels_for(a.device())
-          .copy(bytes.data(), Device::cpu(), a.raw_data(), a.device(), a.nbytes());
-    std::uint64_t h = 1469598103934665603ull;
-    for (auto b : bytes) {
-      h ^= b;
-      h *= 1099511628211ull;
-    }
-    return h;
+  // FNV-1a over the bytes, on the host: a check every K steps, not a hot path.
+  std::vector<std::uint8_t> bytes(a.nbytes());
+  if (!bytes.empty())
+    kernels_for(a.device()).copy(bytes.data(), Device::cpu(), a.raw_data(), a.device(), a.nbytes());
+  std::uint64_t h = 1469598103934665603ull;
+  for (auto b : bytes) {
+    h ^= b;
+    h *= 1099511628211ull;
+  }
+  return h;
 }
 
 }  // namespace mirror::ops
