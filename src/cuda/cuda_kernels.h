@@ -2,7 +2,7 @@
 // kernels for everything element-wise; float32 compute), and OpScope, the per-call device
 // context + lock every implementation file uses. Implementation is split by concern:
 // cuda_kernels.cpp (memory, element-wise, loss, embedding, updates), dense.cpp (GEMM, bias),
-// conv.cpp (convolution, pooling), gru.cpp (cuDNN GRU).
+// conv.cpp (convolution, pooling), rnn.cpp (cuDNN GRU and LSTM), sequence.cpp (sequence ops).
 #pragma once
 
 #include <cstdint>
