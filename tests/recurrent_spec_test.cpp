@@ -180,6 +180,11 @@ TEST(RecurrentSpec, RejectionsNameTheLayerAndField) {
   json dense_inside = keras_bidirectional("GRU", "concat", false);
   dense_inside["config"]["layer"]["class_name"] = "Dense";
   expect_rejected(keras_model({dense_inside}), "field 'layer'", "GRU or LSTM");
+  json name_only = keras_bidirectional("GRU", "concat", false);
+  name_only["config"]["layer"] = "GRU";
+  expect_rejected(keras_model({name_only}), "field 'layer'", "GRU or LSTM layer object");
+  name_only["config"]["layer"] = {{"class_name", 3}};
+  expect_rejected(keras_model({name_only}), "field 'layer'", "GRU or LSTM layer object");
   json no_layer = keras_bidirectional("GRU", "concat", false);
   no_layer["config"].erase("layer");
   expect_rejected(keras_model({no_layer}), "field 'layer'", "required");

@@ -441,7 +441,8 @@ struct ModelSpecParser {
   json wrapped_recurrent(Fields& outer, const std::string& field, const json& entry,
                          bool backwards) {
     const bool keras = entry.is_object() && entry.contains("class_name");
-    if (!entry.is_object() || (!keras && !entry.contains("type"))) {
+    const char* key = keras ? "class_name" : "type";
+    if (!entry.is_object() || !entry.contains(key) || !entry[key].is_string()) {
       outer.fail(field, "expected a GRU or LSTM layer object, got " + entry.dump());
     }
     const std::string type =
