@@ -4,12 +4,14 @@
 // empty sizes and argument errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "math/rnn_tanh.h"
 #include "mirror/ops.h"
 #include "ops_test_util.h"
 
@@ -194,6 +196,29 @@ TEST(LstmOp, EmptySizes) {
   EXPECT_EQ(ops::lstm_forward(Tensor::zeros({0, 3, 2}, DType::kFloat64), {}, weights_of(r), false)
                 .y.shape(),
             (Shape{0, 3, 2}));
+}
+
+// Note [Cell tanh]: the float tanh of the GRU and LSTM cells against double tanh, over the
+// polynomial range, the switch point, the exp range, saturation, and the special values.
+TEST(CellTanh, FloatIsWithinAFewUlpOfTanh) {
+  double worst = 0;
+  for (double v = -20.0; v <= 20.0; v += 1.0 / 1024) {
+    for (double x : {v, v * 1e-3, v * 1e-6}) {
+      const auto f = static_cast<float>(x);
+      const double want = std::tanh(static_cast<double>(f));
+      const double got = math::cell_tanh(f);
+      const double ulp = std::nextafter(static_cast<float>(std::fabs(want)), 2.0f) -
+                         static_cast<float>(std::fabs(want));
+      if (want != 0) worst = std::max(worst, std::fabs(got - want) / ulp);
+      ASSERT_LE(std::fabs(got - want), 4 * ulp) << "x = " << x;
+    }
+  }
+  EXPECT_GT(worst, 0.0);  // it is an approximation, and the sweep reached it
+  EXPECT_EQ(math::cell_tanh(0.0f), 0.0f);
+  EXPECT_EQ(math::cell_tanh(INFINITY), 1.0f);
+  EXPECT_EQ(math::cell_tanh(-INFINITY), -1.0f);
+  EXPECT_TRUE(std::isnan(math::cell_tanh(NAN)));
+  EXPECT_EQ(math::cell_tanh(0.3), std::tanh(0.3));  // double: tanh itself
 }
 
 TEST(LstmOp, BadArgumentsAreInvalidArguments) {

@@ -15,6 +15,7 @@
 
 #include "math/activation.h"
 #include "math/hd.h"
+#include "math/rnn_tanh.h"
 
 namespace mirror::math::lstm {
 
@@ -30,10 +31,10 @@ MIRROR_HD inline CellForward<T> cell_forward(T ai, T af, T ag, T ao, T c_prev) {
   CellForward<T> out;
   out.i = sigmoid(ai);
   out.f = sigmoid(af);
-  out.g = hd_tanh(ag);
+  out.g = cell_tanh(ag);  // Note [Cell tanh]
   out.o = sigmoid(ao);
   out.c = out.f * c_prev + out.i * out.g;
-  out.h = out.o * hd_tanh(out.c);
+  out.h = out.o * cell_tanh(out.c);
   return out;
 }
 
@@ -50,7 +51,7 @@ struct CellBackward {
 template <class T>
 MIRROR_HD inline CellBackward<T> cell_backward(T dh, T dc, T i, T f, T g, T o, T c, T c_prev) {
   CellBackward<T> out;
-  const T tc = hd_tanh(c);
+  const T tc = cell_tanh(c);
   const T dc_total = dc + dh * o * (T(1) - tc * tc);
   out.d_ao = dh * tc * o * (T(1) - o);
   out.d_ai = dc_total * g * i * (T(1) - i);
