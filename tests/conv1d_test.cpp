@@ -278,6 +278,8 @@ TEST(Conv1DSpec, KerasLayersAreReadAndRejectionsNameTheField) {
   const ModelSpec bound = ModelSpec::from_json(keras, "spec").bind(tokens);
   EXPECT_EQ(bound.layers()[2], json::parse(R"({"type": "conv1d", "filters": 8, "kernel": 3,
       "strides": 1, "dilation_rate": 2, "padding": "causal", "activation": "relu"})"));
+  // The canonical form (what checkpoints store) reads back to the same layers.
+  EXPECT_EQ(ModelSpec::from_json(bound.to_json()).bind(tokens).layers(), bound.layers());
   Sequential m = make_model(bound, DType::kFloat32, Device::cpu(), 1);
   const auto& shapes = m.layer_output_shapes();
   EXPECT_EQ(shapes[2], (Shape{12, 8}));
