@@ -177,6 +177,8 @@ TEST(RecurrentSpec, RejectionsNameTheLayerAndField) {
   json null_merge = keras_bidirectional("GRU", "concat", false);
   null_merge["config"]["merge_mode"] = "first";
   expect_rejected(keras_model({null_merge}), "merge_mode", "concat, sum, ave or mul");
+  null_merge["config"]["merge_mode"] = nullptr;
+  expect_rejected(keras_model({null_merge}), "merge_mode", "multi-output");
   json dense_inside = keras_bidirectional("GRU", "concat", false);
   dense_inside["config"]["layer"]["class_name"] = "Dense";
   expect_rejected(keras_model({dense_inside}), "field 'layer'", "GRU or LSTM");

@@ -127,6 +127,11 @@ class Fields {
            std::string("only ") + (supported ? "true" : "false") + " is supported (" + why + ")");
     }
   }
+  /// Whether `name` is present with the value null (where null means something else than
+  /// absent, e.g. Keras's Bidirectional merge_mode).
+  bool is_null(const std::string& name) const {
+    return config_.contains(name) && config_[name].is_null();
+  }
   /// A field that must be absent or null (regularizers, constraints, ...).
   void require_null(const std::string& name, const std::string& why) {
     std::string f;
@@ -461,6 +466,11 @@ struct ModelSpecParser {
     const json* layer = f.take("layer", "", &field);
     if (layer == nullptr) f.fail("layer", "required (the GRU or LSTM to run both ways)");
     const json inner = wrapped_recurrent(f, "layer", *layer, false);
+    if (f.is_null("merge_mode")) {
+      f.fail("merge_mode",
+             "null (the two directions as separate outputs) needs a multi-output model; use "
+             "concat, sum, ave or mul");
+    }
     const std::string mode = f.text("merge_mode", "", "concat");
     try {
       parse_merge_mode(mode);
