@@ -12,7 +12,7 @@ namespace mirror::cpu {
 ops::LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                     const ops::LstmWeights& w, bool training);
 Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
-                     const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
-                     const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw);
+                     const ops::LstmWeights& w, const ops::LstmForwardResult& fwd, const Tensor& dy,
+                     const Tensor& dh_last, ops::LstmWeights& dw);
 
 }  // namespace mirror::cpu
