@@ -32,6 +32,19 @@ class RowGru(nn.Module):
         return self.dense(h[0])
 
 
+class RowLstm(nn.Module):
+    """[N, 28, 28] -> LSTM(64) (last state) -> Dense(10), as the lstm-rows spec."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(28, 64, batch_first=True)
+        self.dense = nn.Linear(64, 10)
+
+    def forward(self, x):
+        _, (h, _) = self.lstm(x)
+        return self.dense(h[0])
+
+
 def make_model(name):
     if name == "cnn":  # nn::make_cnn: the TensorFlow layers-tutorial CNN
         return nn.Sequential(
@@ -41,7 +54,9 @@ def make_model(name):
             nn.Linear(1024, 10)), (1, 28, 28)
     if name == "gru-rows":
         return RowGru(), (28, 28)
-    raise SystemExit(f"unknown model {name!r}: expected cnn or gru-rows")
+    if name == "lstm-rows":
+        return RowLstm(), (28, 28)
+    raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows or lstm-rows")
 
 
 def time_model(name, batch, warmup, steps, device):

@@ -317,7 +317,8 @@ struct Rejection {
 
 TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
   const std::vector<Rejection> cases = {
-      {R"([{"type": "lstm", "units": 3}])", {"layer 0 (lstm)", "unknown layer type", "gru"}},
+      {R"([{"type": "simplernn", "units": 3}])",
+       {"layer 0 (simplernn)", "unknown layer type", "lstm"}},
       {R"([{"type": "dense", "units": 3, "kernel_sz": 1}])",
        {"layer 0 (dense)", "field 'kernel_sz'", "unknown field", "units"}},
       {R"([{"type": "flatten"}, {"class_name": "GRU", "config": {"units": 4, "reset_after": false}}])",

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mirror/tensor.h"
@@ -157,6 +158,73 @@ GruForwardResult gru_forward(const Tensor& x, const std::vector<std::int32_t>& l
 Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, const GruWeights& w,
                     const GruForwardResult& fwd, const Tensor& dy, const Tensor& dh_last,
                     GruWeights& dw);
+
+// ---------------------------------------------------------------- LSTM
+/// Weights in PyTorch/cuDNN layout and gate order (i, f, g, o):
+///   w_ih [4H, F], w_hh [4H, H], b_ih [4H], b_hh [4H].
+/// Semantics are docs/architecture.md invariant 5 (PyTorch nn.LSTM, cuDNN CUDNN_LSTM).
+struct LstmWeights {
+  Tensor w_ih, w_hh, b_ih, b_hh;
+};
+struct LstmForwardResult {
+  Tensor y;        // [N, T, H]; steps at or past a sequence's length hold zeros
+  Tensor h_last;   // [N, H]: hidden state after each sequence's last valid step
+  Tensor c_last;   // [N, H]: cell state after each sequence's last valid step
+  Tensor reserve;  // backend-specific saved activations for backward
+};
+/// x [N, T, F]; lengths int32 [N] on the HOST, each in [1, T]; h0 = c0 = 0. Past a sequence's
+/// length both states are carried unchanged.
+LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                               const LstmWeights& w, bool training);
+/// dy [N, T, H] and dh_last [N, H] (either may be undefined, not both). Returns dx [N, T, F];
+/// weight gradients are accumulated into `dw` (same layout as `w`).
+Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                     const LstmWeights& w, const LstmForwardResult& fwd, const Tensor& dy,
+                     const Tensor& dh_last, LstmWeights& dw);
+
+// ---------------------------------------------------------------- sequence layout
+/// x [N, T, F] -> y with y[n, t] = x[n, len_n - 1 - t] for t < len_n and y[n, t] = x[n, t]
+/// past the length: each sequence reversed within its own length (PyTorch's packed reverse,
+/// not a reversal of the padding). Its own inverse, so it is also its own backward.
+Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths);
+/// a [..., A] and b [..., B] with equal leading dimensions -> [..., A + B].
+Tensor concat_features(const Tensor& a, const Tensor& b);
+/// y [..., W] -> y[..., begin : begin + count] (a copy).
+Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count);
+/// a * b element-wise (same shape and dtype).
+Tensor multiply(const Tensor& a, const Tensor& b);
+
+// ---------------------------------------------------------------- 1-D windows over steps
+/// A window over the steps of [N, T, C] sequences: k taps `dilation` steps apart, moved by
+/// `stride`, with explicit zero padding before (left) and after (right) the steps.
+struct Window1D {
+  int k = 1, stride = 1, dilation = 1, pad_left = 0, pad_right = 0;
+  int span() const { return dilation * (k - 1) + 1; }
+  /// Output steps for `in` input steps.
+  int out(int in) const { return (in + pad_left + pad_right - span()) / stride + 1; }
+  /// Keras's padding names for `in` steps: "valid" (none), "same" (TensorFlow's rule: ceil(in /
+  /// stride) outputs, the odd step of padding after), "causal" (span - 1 steps before).
+  /// Throws InvalidArgument for other names or non-positive sizes.
+  static Window1D make(const std::string& padding, int in, int k, int stride, int dilation);
+};
+/// x [N, T, C] -> columns [N, T_out, k * C]: cols[n, t, j, c] = x[n, t * stride - pad_left +
+/// j * dilation, c], 0 in the padding (the left factor of a 1-D convolution as one gemm).
+Tensor im2col1d(const Tensor& x, const Window1D& g);
+/// The adjoint of im2col1d: columns [N, T_out, k * C] -> [N, steps, C], summing the taps that
+/// read each step (in tap order: deterministic).
+Tensor col2im1d(const Tensor& cols, const Window1D& g, std::int64_t steps);
+/// Max or average over each window of x [N, T, C] -> [N, T_out, C], counting only in-bounds
+/// steps before each sequence's length (lengths int32 [N] on the HOST, in [1, T]): padding never
+/// wins a max nor counts in an average. Max ties: the first in window order gets the gradient.
+/// A window with no counted step gives 0.
+enum class Pool1D { kMax, kAverage };
+Tensor pool1d_forward(Pool1D mode, const Tensor& x, const std::vector<std::int32_t>& lengths,
+                      const Window1D& g);
+/// d(loss)/dx for dy [N, T_out, C] (x is pool1d_forward's input).
+Tensor pool1d_backward(Pool1D mode, const Tensor& x, const Tensor& dy,
+                       const std::vector<std::int32_t>& lengths, const Window1D& g);
+/// A copy of x [N, T, ...] with every step t >= lengths[n] set to zero.
+Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths);
 
 // ---------------------------------------------------------------- optimizer updates
 /// SGD with momentum (buf may be undefined when momentum == 0), Nesterov, L2 weight decay.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "cpu/cpu_rnn.h"
 #include "math/gru_cell.h"
 
 namespace mirror::cpu {
@@ -30,37 +31,14 @@ Dims dims_of(const Tensor& x, const ops::GruWeights& w) {
   return {x.dim(0), x.dim(1), x.dim(2), w.w_hh.dim(1)};
 }
 
-// Checks build their messages only on failure (MIRROR_CHECK is lazy): no string work per call.
-void require_dtype(const Tensor& t, DType dtype, const char* op, const char* what) {
-  MIRROR_CHECK(!t.defined() || t.dtype() == dtype, InvalidArgument,
-               std::string(op) + ": " + what + " must have the input's dtype " + dtype_name(dtype) +
-                   ", got " + t.str());
-}
+using rnn::add_column_sums;
+using rnn::kParallelElements;
+using rnn::require_dtype;
+using rnn::require_shape;
 
 void check_weights(const Tensor& x, const ops::GruWeights& w, const char* op) {
-  MIRROR_CHECK(x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64, InvalidArgument,
-               std::string(op) + ": expected float32 or float64 input, got " + x.str());
-  require_dtype(w.w_ih, x.dtype(), op, "w_ih");
-  require_dtype(w.w_hh, x.dtype(), op, "w_hh");
-  require_dtype(w.b_ih, x.dtype(), op, "b_ih");
-  require_dtype(w.b_hh, x.dtype(), op, "b_hh");
+  rnn::check_weights(x, w.w_ih, w.w_hh, w.b_ih, w.b_hh, op);
 }
-
-void require_shape(const Tensor& t, const Shape& want, const char* what) {
-  if (t.defined() && t.shape() != want) check_shape(t, want, what);  // throws
-}
-
-/// A weight gradient must exist and match its weight (it is accumulated into).
-void require_grad(const Tensor& grad, const Tensor& weight, const char* what) {
-  MIRROR_CHECK(grad.defined(), InvalidArgument,
-               std::string(what) + ": the gradient tensor is undefined; pass zeros of " +
-                   weight.str() + " to accumulate into");
-  require_shape(grad, weight.shape(), what);
-  require_dtype(grad, weight.dtype(), "gru_backward", what);
-}
-
-// Parallelise the element-wise loops only when there is enough work to pay for the fork.
-constexpr int64_t kParallelElements = 1 << 14;
 
 // ---------------------------------------------------------------- forward
 
@@ -191,43 +169,21 @@ void backward_step(const Dims& d, int64_t step, const T* dy, const T* gates, con
   }
 }
 
-/// dbias[c] += sum over rows of m[rows, C], accumulated in double in row order (deterministic).
-/// Row-major on purpose: a per-column loop would stride through m, which costs more than the
-/// gates themselves for GRU-sized matrices.
-template <class T>
-void add_column_sums(const Tensor& m, Tensor& dbias) {
-  const int64_t rows = m.dim(0), cols = m.dim(1);
-  Tensor acc_t = Tensor::zeros({cols}, DType::kFloat64, m.device());
-  double* acc = acc_t.data<double>();
-  const T* p = m.data<T>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) acc[c] += static_cast<double>(p[r * cols + c]);
-  }
-  T* out = dbias.data<T>();
-  for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(out[c] + acc[c]);
-}
-
 void check_backward_args(const Tensor& x, const ops::GruWeights& w,
                          const ops::GruForwardResult& fwd, const Tensor& dy, const Tensor& dh_last,
                          const ops::GruWeights& dw) {
   const char* op = "gru_backward";
   check_weights(x, w, op);
   const Dims d = dims_of(x, w);
-  MIRROR_CHECK(fwd.reserve.defined() && fwd.reserve.numel() == d.reserve_numel() &&
-                   fwd.reserve.dtype() == x.dtype(),
-               InvalidArgument,
-               std::string(op) + ": the forward result has no matching reserve (expected " +
-                   std::to_string(d.reserve_numel()) + " saved values, got " +
-                   (fwd.reserve.defined() ? fwd.reserve.str() : std::string("none")) +
-                   "); run gru_forward with training=true on the same input before backward");
+  rnn::require_reserve(fwd.reserve, d.reserve_numel(), x.dtype(), op, "gru_forward");
   require_shape(dy, {d.n, d.t, d.h}, "gru_backward dy");
   require_shape(dh_last, {d.n, d.h}, "gru_backward dh_last");
   require_dtype(dy, x.dtype(), op, "dy");
   require_dtype(dh_last, x.dtype(), op, "dh_last");
-  require_grad(dw.w_ih, w.w_ih, "gru_backward dw.w_ih");
-  require_grad(dw.w_hh, w.w_hh, "gru_backward dw.w_hh");
-  require_grad(dw.b_ih, w.b_ih, "gru_backward dw.b_ih");
-  require_grad(dw.b_hh, w.b_hh, "gru_backward dw.b_hh");
+  rnn::require_grad(dw.w_ih, w.w_ih, op, "gru_backward dw.w_ih");
+  rnn::require_grad(dw.w_hh, w.w_hh, op, "gru_backward dw.w_hh");
+  rnn::require_grad(dw.b_ih, w.b_ih, op, "gru_backward dw.b_ih");
+  rnn::require_grad(dw.b_hh, w.b_hh, op, "gru_backward dw.b_hh");
 }
 
 template <class T>

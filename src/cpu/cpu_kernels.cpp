@@ -1,5 +1,5 @@
 // CpuKernels: the singleton, host memory operations, and the GRU entry points (implemented in
-// cpu_gru.cpp). The other ops live in cpu_dense/conv/pool/eltwise/loss.cpp.
+// cpu_gru.cpp). The other ops live in cpu_dense/conv/pool/eltwise/loss/sequence/window1d.cpp.
 #include "cpu/cpu_kernels.h"
 
 #include <cstring>

@@ -2,7 +2,7 @@
 // kernels for everything element-wise; float32 compute), and OpScope, the per-call device
 // context + lock every implementation file uses. Implementation is split by concern:
 // cuda_kernels.cpp (memory, element-wise, loss, embedding, updates), dense.cpp (GEMM, bias),
-// conv.cpp (convolution, pooling), gru.cpp (cuDNN GRU).
+// conv.cpp (convolution, pooling), rnn.cpp (cuDNN GRU and LSTM), sequence.cpp (sequence ops).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +67,22 @@ class CudaKernels final : public KernelSet {
   Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                       const ops::GruWeights& w, const ops::GruForwardResult& fwd, const Tensor& dy,
                       const Tensor& dh_last, ops::GruWeights& dw) override;
+  ops::LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                                      const ops::LstmWeights& w, bool training) override;
+  Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                       const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
+                       const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw) override;
+  Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) override;
+  Tensor concat_features(const Tensor& a, const Tensor& b) override;
+  Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count) override;
+  Tensor multiply(const Tensor& a, const Tensor& b) override;
+  Tensor im2col1d(const Tensor& x, const ops::Window1D& g) override;
+  Tensor col2im1d(const Tensor& cols, const ops::Window1D& g, std::int64_t steps) override;
+  Tensor pool1d_forward(ops::Pool1D mode, const Tensor& x, const std::vector<std::int32_t>& lengths,
+                        const ops::Window1D& g) override;
+  Tensor pool1d_backward(ops::Pool1D mode, const Tensor& x, const Tensor& dy,
+                         const std::vector<std::int32_t>& lengths, const ops::Window1D& g) override;
+  Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths) override;
 
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                   double momentum, bool nesterov, double weight_decay) override;

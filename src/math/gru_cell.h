@@ -12,6 +12,7 @@
 
 #include "math/activation.h"
 #include "math/hd.h"
+#include "math/rnn_tanh.h"
 
 namespace mirror::math::gru {
 
@@ -27,7 +28,7 @@ MIRROR_HD inline CellForward<T> cell_forward(T xr, T xz, T xn, T hr, T hz, T hn,
   CellForward<T> out;
   out.r = sigmoid(xr + hr);
   out.z = sigmoid(xz + hz);
-  out.n = hd_tanh(xn + out.r * hn);
+  out.n = cell_tanh(xn + out.r * hn);  // Note [Cell tanh]
   out.h = (T(1) - out.z) * out.n + out.z * h_prev;
   return out;
 }

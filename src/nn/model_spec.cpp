@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "mirror/json_input.h"
+#include "mirror/nn/bidirectional.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/models.h"
 #include "nn/model_spec_internal.h"
@@ -126,6 +127,11 @@ class Fields {
       fail(name,
            std::string("only ") + (supported ? "true" : "false") + " is supported (" + why + ")");
     }
+  }
+  /// Whether `name` is present with the value null (where null means something else than
+  /// absent, e.g. Keras's Bidirectional merge_mode).
+  bool is_null(const std::string& name) const {
+    return config_.contains(name) && config_[name].is_null();
   }
   /// A field that must be absent or null (regularizers, constraints, ...).
   void require_null(const std::string& name, const std::string& why) {
@@ -390,24 +396,40 @@ struct ModelSpecParser {
     return {{{"type", "masking"}}};
   }
 
-  std::vector<json> gru(Fields& f, bool) {
+  std::vector<json> gru(Fields& f, bool) { return recurrent(f, "gru", false); }
+  std::vector<json> lstm(Fields& f, bool) { return recurrent(f, "lstm", false); }
+
+  /// GRU and LSTM (`kind`); `backwards`: the backward layer of a Bidirectional, which Keras
+  /// writes with go_backwards = true.
+  std::vector<json> recurrent(Fields& f, const std::string& kind, bool backwards) {
+    const std::string layer = kind == "gru" ? "GRU" : "LSTM";
     const auto units = f.integer("units", "", 0, 1);
     if (units == 0) f.fail("units", "required (a positive integer)");
     const bool seq = f.boolean("return_sequences", "", false);
-    f.require_bool("reset_after", true, "Mirror's GRU is the reset-after (cuDNN/PyTorch) form");
+    json j = {{"type", kind}, {"units", units}, {"return_sequences", seq}};
+    if (kind == "gru") {
+      f.require_bool("reset_after", true, "Mirror's GRU is the reset-after (cuDNN/PyTorch) form");
+    } else {
+      j["unit_forget_bias"] = f.boolean("unit_forget_bias", "", true);
+    }
     if (activation_field(f, "activation", "tanh") != "tanh") {
       f.fail("activation", "only tanh is supported");
     }
     if (activation_field(f, "recurrent_activation", "sigmoid") != "sigmoid") {
       f.fail("recurrent_activation", "only sigmoid is supported");
     }
-    f.require_bool("use_bias", true, "Mirror's GRU always has biases");
+    f.require_bool("use_bias", true, "Mirror's " + layer + " always has biases");
     f.require_bool("return_state", false, "a Sequential passes one tensor on");
-    f.require_bool("go_backwards", false, "Mirror's GRU reads forwards");
+    if (backwards) {
+      f.require_bool("go_backwards", true, "it is the backward layer of a Bidirectional");
+    } else {
+      f.require_bool("go_backwards", false,
+                     "Mirror's " + layer + " reads forwards; wrap it in a Bidirectional");
+    }
     f.require_bool("stateful", false, "every batch starts from a zero state");
     f.require_bool("time_major", false, "inputs are [N, T, F]");
     for (const char* d : {"dropout", "recurrent_dropout"}) {
-      if (f.number(d, "", 0.0) != 0.0) f.fail(d, "only 0 is supported (no GRU dropout)");
+      if (f.number(d, "", 0.0) != 0.0) f.fail(d, "only 0 is supported (no " + layer + " dropout)");
     }
     f.initializer("kernel_initializer", "GlorotUniform");
     f.initializer("recurrent_initializer", "Orthogonal");
@@ -417,7 +439,140 @@ struct ModelSpecParser {
                         "bias_constraint"});
     f.finish(
         {"batch_input_shape", "input_shape", "unroll", "implementation", "zero_output_for_mask"});
-    return {{{"type", "gru"}, {"units", units}, {"return_sequences", seq}}};
+    return {j};
+  }
+
+  /// The recurrent layer inside a Bidirectional: a Keras {"class_name", "config"} or a Mirror
+  /// {"type", ...} object, as canonical JSON.
+  json wrapped_recurrent(Fields& outer, const std::string& field, const json& entry,
+                         bool backwards) {
+    const bool keras = entry.is_object() && entry.contains("class_name");
+    const char* key = keras ? "class_name" : "type";
+    if (!entry.is_object() || !entry.contains(key) || !entry[key].is_string()) {
+      outer.fail(field, "expected a GRU or LSTM layer object, got " + entry.dump());
+    }
+    const std::string type =
+        lower(keras ? entry["class_name"].get<std::string>() : entry["type"].get<std::string>());
+    if (type != "gru" && type != "lstm") {
+      outer.fail(field, "Mirror wraps GRU or LSTM only, got '" + type + "'");
+    }
+    json config = keras ? entry.value("config", json::object()) : entry;
+    if (!keras) config.erase("type");
+    Fields f(source + ", field '" + field + "'", config);
+    return recurrent(f, type, backwards)[0];
+  }
+
+  std::vector<json> bidirectional(Fields& f, bool) {
+    std::string field;
+    const json* layer = f.take("layer", "", &field);
+    if (layer == nullptr) f.fail("layer", "required (the GRU or LSTM to run both ways)");
+    const json inner = wrapped_recurrent(f, "layer", *layer, false);
+    if (f.is_null("merge_mode")) {
+      f.fail("merge_mode",
+             "null (the two directions as separate outputs) needs a multi-output model; use "
+             "concat, sum, ave or mul");
+    }
+    const std::string mode = f.text("merge_mode", "", "concat");
+    try {
+      parse_merge_mode(mode);
+    } catch (const InvalidArgument& e) {
+      f.fail("merge_mode", e.what());
+    }
+    // Keras 3 writes the backward layer out in full: it must be the forward one read backwards.
+    if (const json* back = f.take("backward_layer", "", &field)) {
+      const json backward = wrapped_recurrent(f, "backward_layer", *back, true);
+      if (backward != inner) {
+        f.fail("backward_layer",
+               "Mirror's backward direction is a copy of 'layer' (go_backwards aside), but it "
+               "reads as " +
+                   backward.dump() + " and 'layer' as " + inner.dump());
+      }
+    }
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "bidirectional"}, {"merge_mode", mode}, {"layer", inner}}};
+  }
+
+  // ------------------------------------------------------------ 1-D layers over [T, C]
+
+  /// An integer or a list of one (Keras writes kernel_size, strides, ... as [k]).
+  std::int64_t single(Fields& f, const std::string& name, const std::string& alias,
+                      std::int64_t fallback) {
+    std::string field;
+    const json* v = f.take(name, alias, &field);
+    if (v == nullptr) return fallback;
+    const json& x = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
+    if (!x.is_number_integer() || x.get<std::int64_t>() < 1 || x.get<std::int64_t>() > 65536) {
+      f.fail(field, "expected a positive integer or [integer], got " + v->dump());
+    }
+    return x.get<std::int64_t>();
+  }
+
+  /// Mirror's sequences are [T, C]: only Keras's channels_last.
+  void sequence_format(Fields& f) {
+    const std::string fmt = lower(f.text("data_format", "", "channels_last"));
+    if (fmt != "channels_last") {
+      f.fail("data_format",
+             "1-D layers read sequences [T, C]: only channels_last, got \"" + fmt + "\"");
+    }
+  }
+
+  std::string padding_1d(Fields& f, bool causal_ok) {
+    const std::string p = lower(f.text("padding", "", "valid"));
+    if (p != "valid" && p != "same" && (!causal_ok || p != "causal")) {
+      f.fail("padding", std::string("expected \"valid\", \"same\"") +
+                            (causal_ok ? " or \"causal\"" : "") + ", got \"" + p + "\"");
+    }
+    return p;
+  }
+
+  std::vector<json> conv1d(Fields& f, bool) {
+    const auto filters = f.integer("filters", "", 0, 1);
+    if (filters == 0) f.fail("filters", "required (a positive integer)");
+    std::string kf;
+    if (!f.take("kernel", "kernel_size", &kf)) f.fail("kernel", "required (an integer)");
+    const auto kernel = single(f, "kernel", "kernel_size", 1);
+    const auto stride = single(f, "strides", "stride", 1);
+    const auto dilation = single(f, "dilation_rate", "", 1);
+    if (stride > 1 && dilation > 1) {
+      f.fail("dilation_rate", "strides > 1 together with dilation_rate > 1 is not supported");
+    }
+    if (f.integer("groups", "", 1, 1) != 1) f.fail("groups", "only 1 is supported");
+    const std::string padding = padding_1d(f, true);
+    const std::string act = activation_field(f, "activation", "linear");
+    kernel_and_bias_defaults(f, "Conv1D");
+    sequence_format(f);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "conv1d"},
+             {"filters", filters},
+             {"kernel", kernel},
+             {"strides", stride},
+             {"dilation_rate", dilation},
+             {"padding", padding},
+             {"activation", act}}};
+  }
+
+  std::vector<json> pool1d(Fields& f, const std::string& type) {
+    const auto pool = single(f, "pool", "pool_size", 2);
+    const auto stride = single(f, "strides", "stride", pool);
+    const std::string padding = padding_1d(f, false);
+    sequence_format(f);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", type}, {"pool", pool}, {"strides", stride}, {"padding", padding}}};
+  }
+  std::vector<json> maxpool1d(Fields& f, bool) { return pool1d(f, "maxpool1d"); }
+  std::vector<json> avgpool1d(Fields& f, bool) { return pool1d(f, "avgpool1d"); }
+
+  std::vector<json> global_pool1d(Fields& f, const std::string& type) {
+    f.require_bool("keepdims", false, "the pooled output is [C]");
+    sequence_format(f);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", type}}};
+  }
+  std::vector<json> global_maxpool1d(Fields& f, bool) {
+    return global_pool1d(f, "global_maxpool1d");
+  }
+  std::vector<json> global_avgpool1d(Fields& f, bool) {
+    return global_pool1d(f, "global_avgpool1d");
   }
 
   std::vector<json> activation(Fields& f, bool) {
@@ -505,6 +660,16 @@ struct ModelSpecParser {
         {{"embedding"}, &ModelSpecParser::embedding},
         {{"masking"}, &ModelSpecParser::masking},
         {{"gru"}, &ModelSpecParser::gru},
+        {{"lstm"}, &ModelSpecParser::lstm},
+        {{"bidirectional"}, &ModelSpecParser::bidirectional},
+        {{"conv1d", "convolution1d"}, &ModelSpecParser::conv1d},
+        {{"maxpool1d", "maxpooling1d", "max_pooling1d"}, &ModelSpecParser::maxpool1d},
+        {{"avgpool1d", "averagepooling1d", "average_pooling1d"}, &ModelSpecParser::avgpool1d},
+        {{"global_maxpool1d", "globalmaxpooling1d", "global_max_pooling1d", "globalmaxpool1d"},
+         &ModelSpecParser::global_maxpool1d},
+        {{"global_avgpool1d", "globalaveragepooling1d", "global_average_pooling1d",
+          "globalavgpool1d"},
+         &ModelSpecParser::global_avgpool1d},
         {{"activation"}, &ModelSpecParser::activation},
         {{"relu"}, &ModelSpecParser::relu},
     };
@@ -531,7 +696,10 @@ struct ModelSpecParser {
     throw InvalidArgument(where(index, type) +
                           ": unknown layer type; supported: conv2d (Conv2D), "
                           "maxpool2d (MaxPooling2D), flatten, dense, dropout, embedding, "
-                          "masking, gru, activation, relu (ReLU), input (InputLayer)");
+                          "masking, gru, lstm, bidirectional, conv1d (Conv1D), maxpool1d "
+                          "(MaxPooling1D), avgpool1d (AveragePooling1D), global_maxpool1d "
+                          "(GlobalMaxPooling1D), global_avgpool1d (GlobalAveragePooling1D), "
+                          "activation, relu (ReLU), input (InputLayer)");
   }
 
   void layers(const json& list) {

@@ -123,10 +123,11 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
     } else if (type == "flatten") {
       s = {shape_numel(s)};
     } else if (type == "dense") {
-      w.expect_rank(s, 1, "a flat input [features]",
-                    s.size() > 1 ? " (add a flatten before it, or end a gru without "
-                                   "return_sequences)"
-                                 : "");
+      w.expect_rank(
+          s, 1, "a flat input [features]",
+          s.size() > 1 ? " (add a flatten or a global pooling before it, or end a gru/lstm without "
+                         "return_sequences)"
+                       : "");
       if (!l.contains("units")) {
         if (data.outputs < 1) {
           w.fail("field 'units': not stated and the data gives no output count");
@@ -138,10 +139,29 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                std::to_string(data.outputs) + " outputs (classes or target elements)");
       }
       s = {l["units"].get<std::int64_t>()};
-    } else if (type == "gru") {
+    } else if (type == "gru" || type == "lstm" || type == "bidirectional") {
       w.expect_rank(s, 2, "sequences [T, F]", "");
-      const auto units = l["units"].get<std::int64_t>();
-      s = l["return_sequences"].get<bool>() ? Shape{s[0], units} : Shape{units};
+      const json& rnn = type == "bidirectional" ? l["layer"] : l;
+      auto units = rnn["units"].get<std::int64_t>();
+      if (type == "bidirectional" && l["merge_mode"] == "concat") units *= 2;
+      s = rnn["return_sequences"].get<bool>() ? Shape{s[0], units} : Shape{units};
+    } else if (type == "conv1d" || type == "maxpool1d" || type == "avgpool1d") {
+      w.expect_rank(s, 2, "sequences [T, C]", "");
+      const bool conv = type == "conv1d";
+      const int k = static_cast<int>(l[conv ? "kernel" : "pool"].get<std::int64_t>());
+      const int stride = static_cast<int>(l["strides"].get<std::int64_t>());
+      const int dilation = conv ? static_cast<int>(l["dilation_rate"].get<std::int64_t>()) : 1;
+      const ops::Window1D g = ops::Window1D::make(l["padding"].get<std::string>(),
+                                                  static_cast<int>(s[0]), k, stride, dilation);
+      const int out = g.out(static_cast<int>(s[0]));
+      if (out < 1) {
+        w.fail("a window of " + std::to_string(g.span()) + " steps does not fit the input " +
+               shape_str(s) + " with valid padding");
+      }
+      s = {out, conv ? l["filters"].get<std::int64_t>() : s[1]};
+    } else if (type == "global_maxpool1d" || type == "global_avgpool1d") {
+      w.expect_rank(s, 2, "sequences [T, C]", "");
+      s = {s[1]};
     }
     // dropout, activation: the shape passes through.
   }

@@ -1,6 +1,8 @@
 // make_model (a bound ModelSpec -> Sequential) and the reference models as built-in specs.
 #include "mirror/nn/models.h"
 
+#include "mirror/nn/bidirectional.h"
+#include "mirror/nn/conv1d.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/recurrent.h"
 
@@ -36,6 +38,31 @@ std::unique_ptr<Layer> make_layer(const json& l) {
   }
   if (type == "masking") return std::make_unique<Masking>();
   if (type == "gru") return std::make_unique<GRU>(as_int(l["units"]), l["return_sequences"]);
+  if (type == "lstm") {
+    return std::make_unique<LSTM>(as_int(l["units"]), l["return_sequences"],
+                                  l.value("unit_forget_bias", true));
+  }
+  if (type == "bidirectional") {
+    auto inner = make_layer(l["layer"]);
+    auto* rnn = dynamic_cast<Recurrent*>(inner.get());
+    MIRROR_CHECK(rnn != nullptr, InvalidArgument,
+                 "make_model: a bidirectional wraps gru or lstm, got " + l["layer"].dump());
+    inner.release();
+    return std::make_unique<Bidirectional>(std::unique_ptr<Recurrent>(rnn),
+                                           parse_merge_mode(l["merge_mode"]));
+  }
+  if (type == "conv1d") {
+    return std::make_unique<Conv1D>(as_int(l["filters"]), as_int(l["kernel"]), as_int(l["strides"]),
+                                    l["padding"].get<std::string>(), as_int(l["dilation_rate"]),
+                                    parse_activation(l["activation"]));
+  }
+  if (type == "maxpool1d" || type == "avgpool1d") {
+    return std::make_unique<Pool1D>(type == "maxpool1d" ? ops::Pool1D::kMax : ops::Pool1D::kAverage,
+                                    as_int(l["pool"]), as_int(l["strides"]),
+                                    l["padding"].get<std::string>());
+  }
+  if (type == "global_maxpool1d") return std::make_unique<GlobalPool1D>(ops::Pool1D::kMax);
+  if (type == "global_avgpool1d") return std::make_unique<GlobalPool1D>(ops::Pool1D::kAverage);
   if (type == "activation")
     return std::make_unique<ActivationLayer>(parse_activation(l["activation"]));
   throw InvalidArgument("make_model: unknown canonical layer " + l.dump());

@@ -277,25 +277,36 @@ TargetLossResult mean_squared_error(const Tensor& logits, const Tensor& targets,
 }
 
 namespace {
-void check_gru(const Tensor& x, const std::vector<std::int32_t>& lengths, const GruWeights& w) {
-  MIRROR_REQUIRE(x.rank() == 3, "gru", "expected x [N,T,F], got " + x.str());
-  const auto n = x.dim(0), t = x.dim(1), f = x.dim(2), h3 = w.w_hh.dim(0), h = w.w_hh.dim(1);
-  MIRROR_REQUIRE(h3 == 3 * h && w.w_ih.dim(0) == h3 && w.w_ih.dim(1) == f && w.b_ih.dim(0) == h3 &&
-                     w.b_hh.dim(0) == h3,
-                 "gru",
+/// The checks gru_* and lstm_* share: x [N, T, F], weights [G*H, F], [G*H, H], [G*H] x2 of x's
+/// dtype, one length in [1, T] per sample.
+void check_recurrent(const Tensor& x, const std::vector<std::int32_t>& lengths, const Tensor& w_ih,
+                     const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, int gates,
+                     const char* op) {
+  MIRROR_REQUIRE(x.rank() == 3, op, "expected x [N,T,F], got " + x.str());
+  MIRROR_REQUIRE(w_ih.rank() == 2 && w_hh.rank() == 2 && b_ih.rank() == 1 && b_hh.rank() == 1, op,
+                 "expected weights [G*H, F], [G*H, H], [G*H], [G*H], got " + w_ih.str() + ", " +
+                     w_hh.str() + ", " + b_ih.str() + ", " + b_hh.str());
+  const auto n = x.dim(0), t = x.dim(1), f = x.dim(2), gh = w_hh.dim(0), h = w_hh.dim(1);
+  MIRROR_REQUIRE(gh == gates * h && w_ih.dim(0) == gh && w_ih.dim(1) == f && b_ih.dim(0) == gh &&
+                     b_hh.dim(0) == gh,
+                 op,
                  "weights do not match input features " + std::to_string(f) + " / hidden " +
-                     std::to_string(h));
-  for (const Tensor* t : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) {
-    MIRROR_REQUIRE(t->dtype() == x.dtype(), "gru",
-                   "weight " + t->str() + " has another dtype than x " + x.str());
+                     std::to_string(h) + " (" + std::to_string(gates) + " gates)");
+  for (const Tensor* w : {&w_ih, &w_hh, &b_ih, &b_hh}) {
+    MIRROR_REQUIRE(w->dtype() == x.dtype(), op,
+                   "weight " + w->str() + " has another dtype than x " + x.str());
   }
-  MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == n, "gru",
+  MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == n, op,
                  std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(n));
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= t, "gru",
+    MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= t, op,
                    "length " + std::to_string(lengths[i]) + " of sample " + std::to_string(i) +
                        " outside [1, " + std::to_string(t) + "]");
   }
+}
+
+void check_gru(const Tensor& x, const std::vector<std::int32_t>& lengths, const GruWeights& w) {
+  check_recurrent(x, lengths, w.w_ih, w.w_hh, w.b_ih, w.b_hh, 3, "gru");
 }
 }  // namespace
 
@@ -323,6 +334,173 @@ Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, c
   MIRROR_REQUIRE(fwd.reserve.defined(), "gru_backward",
                  "no saved activations: run gru_forward with training=true");
   return k.gru_backward(x, lengths, w, fwd, dy, dh_last, dw);
+}
+
+LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                               const LstmWeights& w, bool training) {
+  KernelSet& k = backend("lstm_forward", {&x, &w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh});
+  check_recurrent(x, lengths, w.w_ih, w.w_hh, w.b_ih, w.b_hh, 4, "lstm_forward");
+  return k.lstm_forward(x, lengths, w, training);
+}
+
+Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                     const LstmWeights& w, const LstmForwardResult& fwd, const Tensor& dy,
+                     const Tensor& dh_last, LstmWeights& dw) {
+  KernelSet& k = backend("lstm_backward", {&x, &w.w_ih, &dy, &dh_last, &dw.w_ih});
+  check_recurrent(x, lengths, w.w_ih, w.w_hh, w.b_ih, w.b_hh, 4, "lstm_backward");
+  MIRROR_REQUIRE(dy.defined() || dh_last.defined(), "lstm_backward", "needs dy or dh_last");
+  const Shape hidden{x.dim(0), w.w_hh.dim(1)};
+  MIRROR_REQUIRE(!dy.defined() || dy.shape() == Shape({x.dim(0), x.dim(1), hidden[1]}),
+                 "lstm_backward", "dy " + dy.str() + " does not match the outputs of x " + x.str());
+  MIRROR_REQUIRE(!dh_last.defined() || dh_last.shape() == hidden, "lstm_backward",
+                 "dh_last " + dh_last.str() + " is not [N, H] = " + shape_str(hidden));
+  MIRROR_REQUIRE(dw.w_ih.shape() == w.w_ih.shape() && dw.w_hh.shape() == w.w_hh.shape() &&
+                     dw.b_ih.shape() == w.b_ih.shape() && dw.b_hh.shape() == w.b_hh.shape(),
+                 "lstm_backward", "weight gradients must have the weights' shapes");
+  const Tensor* grads[] = {&dw.w_ih, &dw.w_hh, &dw.b_ih, &dw.b_hh, &dy, &dh_last};
+  for (const Tensor* g : grads) {
+    MIRROR_REQUIRE(!g->defined() || g->dtype() == x.dtype(), "lstm_backward",
+                   "gradient " + g->str() + " has another dtype than x " + x.str());
+  }
+  MIRROR_REQUIRE(fwd.reserve.defined(), "lstm_backward",
+                 "no saved activations: run lstm_forward with training=true");
+  return k.lstm_backward(x, lengths, w, fwd, dy, dh_last, dw);
+}
+
+Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) {
+  KernelSet& k = backend("reverse_sequences", {&x});
+  require_float(x, "reverse_sequences");
+  MIRROR_REQUIRE(x.rank() == 3, "reverse_sequences", "expected x [N, T, F], got " + x.str());
+  MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == x.dim(0), "reverse_sequences",
+                 std::to_string(lengths.size()) + " lengths for " + x.str());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= x.dim(1), "reverse_sequences",
+                   "length " + std::to_string(lengths[i]) + " of sample " + std::to_string(i) +
+                       " outside [1, " + std::to_string(x.dim(1)) + "]");
+  }
+  return k.reverse_sequences(x, lengths);
+}
+
+Tensor concat_features(const Tensor& a, const Tensor& b) {
+  KernelSet& k = backend("concat_features", {&a, &b});
+  require_float(a, "concat_features");
+  bool same = a.rank() >= 1 && a.rank() == b.rank() && a.dtype() == b.dtype();
+  for (int i = 0; same && i + 1 < a.rank(); ++i) same = a.dim(i) == b.dim(i);
+  MIRROR_REQUIRE(
+      same, "concat_features",
+      "expected equal leading dimensions and dtypes, got " + a.str() + " and " + b.str());
+  return k.concat_features(a, b);
+}
+
+Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count) {
+  KernelSet& k = backend("slice_features", {&y});
+  require_float(y, "slice_features");
+  MIRROR_REQUIRE(y.rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= y.dim(y.rank() - 1),
+                 "slice_features",
+                 "features [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                     ") outside the last dimension of " + y.str());
+  return k.slice_features(y, begin, count);
+}
+
+Tensor multiply(const Tensor& a, const Tensor& b) {
+  KernelSet& k = backend("multiply", {&a, &b});
+  require_float(a, "multiply");
+  require_same(a, b, "multiply");
+  return k.multiply(a, b);
+}
+
+Window1D Window1D::make(const std::string& padding, int in, int k, int stride, int dilation) {
+  MIRROR_REQUIRE(in >= 0 && k >= 1 && stride >= 1 && dilation >= 1, "window1d",
+                 "expected steps >= 0 and positive kernel, stride and dilation, got steps " +
+                     std::to_string(in) + ", kernel " + std::to_string(k) + ", stride " +
+                     std::to_string(stride) + ", dilation " + std::to_string(dilation));
+  Window1D g{k, stride, dilation, 0, 0};
+  if (padding == "valid") return g;
+  if (padding == "causal") {
+    g.pad_left = g.span() - 1;
+    return g;
+  }
+  MIRROR_REQUIRE(padding == "same", "window1d",
+                 "unknown padding '" + padding + "'; expected valid, same or causal");
+  const int out = (in + stride - 1) / stride;
+  const int total = std::max((out - 1) * stride + g.span() - in, 0);
+  g.pad_left = total / 2;
+  g.pad_right = total - g.pad_left;
+  return g;
+}
+
+namespace {
+void check_window(const Window1D& g, std::int64_t steps, const char* op) {
+  MIRROR_REQUIRE(g.k >= 1 && g.stride >= 1 && g.dilation >= 1 && g.pad_left >= 0 &&
+                     g.pad_right >= 0 && g.out(static_cast<int>(steps)) >= 1,
+                 op,
+                 "window (kernel " + std::to_string(g.k) + ", stride " + std::to_string(g.stride) +
+                     ", dilation " + std::to_string(g.dilation) + ", padding " +
+                     std::to_string(g.pad_left) + "/" + std::to_string(g.pad_right) +
+                     ") does not fit " + std::to_string(steps) + " steps");
+}
+
+void check_lengths(const std::vector<std::int32_t>& lengths, std::int64_t n, std::int64_t t,
+                   const char* op) {
+  MIRROR_REQUIRE(static_cast<std::int64_t>(lengths.size()) == n, op,
+                 std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(n));
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    MIRROR_REQUIRE(lengths[i] >= 1 && lengths[i] <= t, op,
+                   "length " + std::to_string(lengths[i]) + " of sample " + std::to_string(i) +
+                       " outside [1, " + std::to_string(t) + "]");
+  }
+}
+}  // namespace
+
+Tensor im2col1d(const Tensor& x, const Window1D& g) {
+  KernelSet& k = backend("im2col1d", {&x});
+  require_float(x, "im2col1d");
+  MIRROR_REQUIRE(x.rank() == 3, "im2col1d", "expected x [N, T, C], got " + x.str());
+  check_window(g, x.dim(1), "im2col1d");
+  return k.im2col1d(x, g);
+}
+
+Tensor col2im1d(const Tensor& cols, const Window1D& g, std::int64_t steps) {
+  KernelSet& k = backend("col2im1d", {&cols});
+  require_float(cols, "col2im1d");
+  check_window(g, steps, "col2im1d");
+  MIRROR_REQUIRE(
+      cols.rank() == 3 && cols.dim(1) == g.out(static_cast<int>(steps)) && cols.dim(2) % g.k == 0,
+      "col2im1d",
+      "expected columns [N, " + std::to_string(g.out(static_cast<int>(steps))) + ", k * C] for " +
+          std::to_string(steps) + " steps, got " + cols.str());
+  return k.col2im1d(cols, g, steps);
+}
+
+Tensor pool1d_forward(Pool1D mode, const Tensor& x, const std::vector<std::int32_t>& lengths,
+                      const Window1D& g) {
+  KernelSet& k = backend("pool1d_forward", {&x});
+  require_float(x, "pool1d_forward");
+  MIRROR_REQUIRE(x.rank() == 3, "pool1d_forward", "expected x [N, T, C], got " + x.str());
+  check_window(g, x.dim(1), "pool1d_forward");
+  check_lengths(lengths, x.dim(0), x.dim(1), "pool1d_forward");
+  return k.pool1d_forward(mode, x, lengths, g);
+}
+
+Tensor pool1d_backward(Pool1D mode, const Tensor& x, const Tensor& dy,
+                       const std::vector<std::int32_t>& lengths, const Window1D& g) {
+  KernelSet& k = backend("pool1d_backward", {&x, &dy});
+  require_float(x, "pool1d_backward");
+  MIRROR_REQUIRE(x.rank() == 3, "pool1d_backward", "expected x [N, T, C], got " + x.str());
+  check_window(g, x.dim(1), "pool1d_backward");
+  check_lengths(lengths, x.dim(0), x.dim(1), "pool1d_backward");
+  const Shape want{x.dim(0), g.out(static_cast<int>(x.dim(1))), x.dim(2)};
+  MIRROR_REQUIRE(dy.shape() == want && dy.dtype() == x.dtype(), "pool1d_backward",
+                 "expected dy " + shape_str(want) + " of x's dtype, got " + dy.str());
+  return k.pool1d_backward(mode, x, dy, lengths, g);
+}
+
+Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths) {
+  KernelSet& k = backend("zero_past_lengths", {&x});
+  require_float(x, "zero_past_lengths");
+  MIRROR_REQUIRE(x.rank() >= 2, "zero_past_lengths", "expected x [N, T, ...], got " + x.str());
+  check_lengths(lengths, x.dim(0), x.dim(1), "zero_past_lengths");
+  return k.zero_past_lengths(x, lengths);
 }
 
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr, double momentum,

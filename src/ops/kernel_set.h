@@ -67,6 +67,27 @@ class KernelSet {
                               const ops::GruWeights& w, const ops::GruForwardResult& fwd,
                               const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw) = 0;
 
+  virtual ops::LstmForwardResult lstm_forward(const Tensor& x,
+                                              const std::vector<std::int32_t>& lengths,
+                                              const ops::LstmWeights& w, bool training) = 0;
+  virtual Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
+                               const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
+                               const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw) = 0;
+  virtual Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) = 0;
+  virtual Tensor concat_features(const Tensor& a, const Tensor& b) = 0;
+  virtual Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count) = 0;
+  virtual Tensor multiply(const Tensor& a, const Tensor& b) = 0;
+
+  virtual Tensor im2col1d(const Tensor& x, const ops::Window1D& g) = 0;
+  virtual Tensor col2im1d(const Tensor& cols, const ops::Window1D& g, std::int64_t steps) = 0;
+  virtual Tensor pool1d_forward(ops::Pool1D mode, const Tensor& x,
+                                const std::vector<std::int32_t>& lengths,
+                                const ops::Window1D& g) = 0;
+  virtual Tensor pool1d_backward(ops::Pool1D mode, const Tensor& x, const Tensor& dy,
+                                 const std::vector<std::int32_t>& lengths,
+                                 const ops::Window1D& g) = 0;
+  virtual Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths) = 0;
+
   virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                           double momentum, bool nesterov, double weight_decay) = 0;
   virtual void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr,

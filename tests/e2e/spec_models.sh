@@ -55,6 +55,9 @@ run_spec "$models/cnn.json" --model cnn "${real_images[@]}"
 run_spec "$models/cnn-stride2.json" --model cnn "${real_images[@]}"
 run_spec "$models/gru-rows.json" --model gru-rows "${real_images[@]}"
 run_spec "$models/gru-words.json" --model gru-words --data synthetic
+run_spec "$models/lstm-rows.json" --model gru-rows "${real_images[@]}"
+run_spec "$models/bigru-words.json" --model gru-words --data synthetic
+run_spec "$models/conv1d-words.json" --model gru-words --data synthetic
 
 [ "$failures" -eq 0 ] || exit 1
 echo "spec_models: all shipped specs passed"

@@ -19,6 +19,9 @@ using testing::random_tensor;
 
 class CudaGru : public testing::GpuTest {};
 
+// The suite's forward tolerance (see the header comment).
+constexpr double kForwardRtol = 1e-5, kForwardAtol = 1e-6;
+
 struct GruCase {
   std::int64_t n, t, f, h;
   std::vector<std::int32_t> lengths;
@@ -53,8 +56,9 @@ void check_case(const GruCase& c, bool use_dy, bool use_dh, std::uint64_t seed) 
   const ops::GruWeights wg = to_gpu(w);
   const ops::GruForwardResult r = ops::gru_forward(x, c.lengths, w, true);
   const ops::GruForwardResult rg = ops::gru_forward(x.to(gpu), c.lengths, wg, true);
-  expect_close(rg.y, r.y, 1e-5, 1e-6, "y (zeros past each length)");
-  expect_close(rg.h_last, r.h_last, 1e-5, 1e-6, "h_last (state at each last valid step)");
+  expect_close(rg.y, r.y, kForwardRtol, kForwardAtol, "y (zeros past each length)");
+  expect_close(rg.h_last, r.h_last, kForwardRtol, kForwardAtol,
+               "h_last (state at each last valid step)");
 
   // Nonzero dy past the lengths on purpose: it must be ignored by both backends.
   const Tensor dy = use_dy ? random_tensor({c.n, c.t, c.h}, seed + 20) : Tensor();
@@ -87,11 +91,36 @@ TEST_F(CudaGru, InferenceMatchesTraining) {
   const ops::GruWeights wg = to_gpu(random_weights(c, 5));
   const ops::GruForwardResult train = ops::gru_forward(x, c.lengths, wg, true);
   const ops::GruForwardResult infer = ops::gru_forward(x, c.lengths, wg, false);
-  expect_close(infer.y, train.y.to(Device::cpu()), 1e-6, 1e-7, "inference y");
-  expect_close(infer.h_last, train.h_last.to(Device::cpu()), 1e-6, 1e-7, "inference h_last");
+  // Inference and training modes may run different cuDNN kernels: the forward tolerance.
+  expect_close(infer.y, train.y.to(Device::cpu()), kForwardRtol, kForwardAtol, "inference y");
+  expect_close(infer.h_last, train.h_last.to(Device::cpu()), kForwardRtol, kForwardAtol,
+               "inference h_last");
   ops::GruWeights dw = to_gpu(random_weights(c, 6));
   EXPECT_THROW(ops::gru_backward(x, c.lengths, wg, infer, Tensor(), train.h_last, dw),
                InvalidArgument);
+}
+
+// Note [RNN empty sizes] in src/cuda/rnn.cpp: cuDNN rejects zero sizes; the GPU must give what
+// the CPU gives (F = 0: the biases still drive the recurrence; H = 0: empty outputs, dx = 0).
+TEST_F(CudaGru, ZeroFeaturesAndZeroUnitsMatchTheCpu) {
+  for (const GruCase& c : {GruCase{3, 4, 0, 5, {4, 1, 2}}, GruCase{3, 4, 2, 0, {4, 1, 2}}}) {
+    const std::string what = "F=" + std::to_string(c.f) + " H=" + std::to_string(c.h) + ": ";
+    const Tensor x = random_tensor({c.n, c.t, c.f}, 7);
+    const ops::GruWeights w = random_weights(c, 8);
+    const ops::GruWeights wg = to_gpu(w);
+    const auto r = ops::gru_forward(x, c.lengths, w, true);
+    const auto rg = ops::gru_forward(x.to(gpu()), c.lengths, wg, true);
+    expect_close(rg.y, r.y, kForwardRtol, kForwardAtol, what + "y");
+    expect_close(rg.h_last, r.h_last, kForwardRtol, kForwardAtol, what + "h_last");
+    const Tensor dh = random_tensor({c.n, c.h}, 9);
+    ops::GruWeights dw = random_weights(c, 10);
+    ops::GruWeights dwg = to_gpu(clone(dw));
+    const Tensor dx = ops::gru_backward(x, c.lengths, w, r, Tensor(), dh, dw);
+    const Tensor dxg =
+        ops::gru_backward(x.to(gpu()), c.lengths, wg, rg, Tensor(), dh.to(gpu()), dwg);
+    expect_close(dxg, dx, 1e-4, 1e-5, what + "dx");
+    compare_weights(dwg, dw, what + "dw");
+  }
 }
 
 }  // namespace

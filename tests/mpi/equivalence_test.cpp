@@ -1,8 +1,9 @@
 // docs/architecture.md invariant 2 and 3 under mpiexec: R replicas with per-replica batch b give
 // the weights of one replica with batch R*b after K Adam steps (relative error <= 1e-5), across
 // ranks, across in-process replicas and both; with tiny, default and huge buckets; with an uneven
-// last batch; for a CNN with dropout and a GRU over variable-length sequences; with gradient
-// accumulation. Every replica's weights are bitwise equal after every step.
+// last batch; for a CNN with dropout, a GRU and a stacked bidirectional GRU + LSTM over
+// variable-length sequences; with gradient accumulation. Every replica's weights are bitwise
+// equal after every step.
 #include <gtest/gtest.h>
 
 #include "mirror/distributed/runtime.h"
@@ -112,6 +113,15 @@ TEST(Equivalence, GruMixedLengthsAcrossRanks) { run_case({.model = ModelKind::kG
 
 TEST(Equivalence, GruTwoInProcessReplicasTinyBucketsUneven) {
   run_case({.model = ModelKind::kGru, .local = 2, .caps = kTinyCaps, .padding = 1});
+}
+
+TEST(Equivalence, StackedBidirectionalMixedLengthsAcrossRanks) {
+  run_case({.model = ModelKind::kStackedBidirectional});
+}
+
+TEST(Equivalence, StackedBidirectionalTwoInProcessReplicasTinyBucketsUneven) {
+  run_case(
+      {.model = ModelKind::kStackedBidirectional, .local = 2, .caps = kTinyCaps, .padding = 1});
 }
 
 TEST(Equivalence, GradientAccumulationMatchesOneBigBatch) {

@@ -1,6 +1,7 @@
 // defines: helpers shared by the MirroredStrategy tests: two small models (CNN-shaped with
-// dropout, GRU over variable-length token ids), seeded global batches with optional padding,
-// sharding, a no-communication reference step on the global batch, and weight comparisons.
+// dropout, GRU over variable-length token ids, a stacked bidirectional GRU + LSTM over them),
+// seeded global batches with optional padding, sharding, a no-communication reference step on the
+// global batch, and weight comparisons.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "mirror/data/batch.h"
 #include "mirror/distributed/runtime.h"
 #include "mirror/distributed/strategy.h"
+#include "mirror/nn/bidirectional.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/recurrent.h"
 #include "mirror/nn/sequential.h"
@@ -24,7 +26,7 @@
 
 namespace mirror::testing {
 
-enum class ModelKind { kCnn, kGru };
+enum class ModelKind { kCnn, kGru, kStackedBidirectional };
 
 inline constexpr int kClasses = 5;
 inline constexpr int kImage = 8;   // CNN input [1, 8, 8]
@@ -56,7 +58,21 @@ inline nn::Sequential small_gru(Device device, std::uint64_t seed) {
   return m;
 }
 
+/// Masking -> Embedding(30, 8) -> Bidirectional(GRU(6), return_sequences) -> LSTM(5) ->
+/// Dense(5) over int32 ids [T]: lengths flow through a stack and both directions.
+inline nn::Sequential small_stacked_bidirectional(Device device, std::uint64_t seed) {
+  nn::Sequential m;
+  m.emplace<nn::Masking>();
+  m.emplace<nn::Embedding>(kVocab, 8);
+  m.emplace<nn::Bidirectional>(std::make_unique<nn::GRU>(6, true));
+  m.emplace<nn::LSTM>(5);
+  m.emplace<nn::Dense>(kClasses);
+  m.build({kMaxLen}, seed, DType::kFloat32, device);
+  return m;
+}
+
 inline nn::Sequential small_model(ModelKind kind, Device device, std::uint64_t seed) {
+  if (kind == ModelKind::kStackedBidirectional) return small_stacked_bidirectional(device, seed);
   return kind == ModelKind::kCnn ? small_cnn(device, seed) : small_gru(device, seed);
 }
 

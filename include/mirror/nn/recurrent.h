@@ -1,7 +1,9 @@
-// defines: the recurrent layers GRU and Masking (which sets the sequence lengths a GRU reads).
+// defines: the recurrent layers (Recurrent, the interface Bidirectional wraps; GRU; LSTM) and
+// Masking (which sets the sequence lengths they read).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,17 @@
 #include "mirror/ops.h"
 
 namespace mirror::nn {
+
+/// A recurrent layer over [N, T, F] with per-sequence lengths (ctx.lengths, left unchanged for
+/// the next layer): GRU or LSTM. Output [N, units], or [N, T, units] with return_sequences
+/// (zeros past each sequence's length).
+class Recurrent : public Layer {
+ public:
+  virtual int units() const = 0;
+  virtual bool return_sequences() const = 0;
+  /// A new, unbuilt layer with the same hyper-parameters (Bidirectional's backward direction).
+  virtual std::unique_ptr<Recurrent> fresh_copy() const = 0;
+};
 
 /// Gated recurrent unit with the semantics of docs/architecture.md invariant 5 (PyTorch GRU, Keras
 /// reset_after=True, cuDNN). Input [N, T, F] (T may change from batch to batch), output
@@ -25,7 +38,7 @@ namespace mirror::nn {
 /// fan_out = 3*units, as Keras does for its [F, 3*units] kernel); recurrent kernel orthogonal
 /// PER GATE BLOCK (each [units, units] block U_r, U_z, U_n has orthonormal rows and columns;
 /// Keras instead orthogonalises its whole [units, 3*units] matrix); biases zero.
-class GRU : public Layer {
+class GRU : public Recurrent {
  public:
   explicit GRU(int units, bool return_sequences = false);
   std::string kind() const override { return "gru"; }
@@ -39,8 +52,11 @@ class GRU : public Layer {
   }
   nlohmann::json config() const override;
 
-  int units() const { return units_; }
-  bool return_sequences() const { return return_sequences_; }
+  int units() const override { return units_; }
+  bool return_sequences() const override { return return_sequences_; }
+  std::unique_ptr<Recurrent> fresh_copy() const override {
+    return std::make_unique<GRU>(units_, return_sequences_);
+  }
   /// The parameters as the ops expect them (values, not gradients).
   ops::GruWeights weights() const;
 
@@ -54,6 +70,51 @@ class GRU : public Layer {
   Tensor x_;
   std::vector<std::int32_t> lengths_;
   ops::GruForwardResult fwd_;
+};
+
+/// Long short-term memory with the semantics of docs/architecture.md invariant 5 (PyTorch
+/// nn.LSTM, cuDNN CUDNN_LSTM; gate order i, f, g, o; Keras's i, f, c, o is the same order, see
+/// docs/checkpoint.md). Input [N, T, F]; output [N, units] (the hidden state after each
+/// sequence's last valid step; both states are carried unchanged past it) or, with
+/// return_sequences, [N, T, units] (zeros past a sequence's length). Lengths as for GRU.
+///
+/// Parameters, in this order, in PyTorch/cuDNN layout:
+///   <name>/kernel            w_ih [4*units, F]
+///   <name>/recurrent_kernel  w_hh [4*units, units]
+///   <name>/bias              b_ih [4*units]
+///   <name>/recurrent_bias    b_hh [4*units]
+/// Init: kernel Glorot uniform over the whole matrix (fan_in = F, fan_out = 4*units), recurrent
+/// kernel orthogonal per gate block (as GRU), biases zero except, with unit_forget_bias (Keras's
+/// default), the forget block of `bias`, which is 1 (so b_if + b_hf = 1, Keras's forget bias).
+class LSTM : public Recurrent {
+ public:
+  explicit LSTM(int units, bool return_sequences = false, bool unit_forget_bias = true);
+  std::string kind() const override { return "lstm"; }
+  Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
+  Tensor forward(const Tensor& x, ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy) override;
+  std::vector<Parameter*> parameters() override {
+    return {&kernel_, &recurrent_kernel_, &bias_, &recurrent_bias_};
+  }
+  nlohmann::json config() const override;
+
+  int units() const override { return units_; }
+  bool return_sequences() const override { return return_sequences_; }
+  std::unique_ptr<Recurrent> fresh_copy() const override {
+    return std::make_unique<LSTM>(units_, return_sequences_, unit_forget_bias_);
+  }
+  ops::LstmWeights weights() const;
+
+ private:
+  int units_;
+  bool return_sequences_;
+  bool unit_forget_bias_;
+  std::int64_t features_ = 0;
+  DType dtype_ = DType::kFloat32;
+  Parameter kernel_, recurrent_kernel_, bias_, recurrent_bias_;
+  Tensor x_;
+  std::vector<std::int32_t> lengths_;
+  ops::LstmForwardResult fwd_;
 };
 
 /// Derives each sequence's valid length from trailing padding and stores it in ctx.lengths;
