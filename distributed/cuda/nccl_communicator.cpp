@@ -83,6 +83,17 @@ void abort_comms(const std::vector<ncclComm_t>& comms) noexcept {
   }
 }
 
+/// The calls that end a group of collectives (Note [Failed group launch],
+/// distributed/comm_teardown.h).
+struct NcclGroupLaunchOps {
+  using Work = std::shared_ptr<NcclWork>;
+  void launched(const Work& w) { w->record(); }
+  void abort(const Work& w, const std::string& why) { w->abort_comms(why); }
+  std::string record(const Work& w) { return w->record_after_abort(); }
+  std::string release(const Work& w) { return w->release(); }
+  void keep(const Work& w, const std::string& why) { w->keep_forever(why); }
+};
+
 std::string describe(const NcclState& s) {
   return "cuda:" + std::to_string(s.device) + " (replica " + std::to_string(s.rank) + " of " +
          std::to_string(s.size) + ")";
@@ -197,22 +208,59 @@ void NcclWork::record() {
   state_->outstanding.push_back({done_, Clock::now() + timeout_, what_});
 }
 
-void NcclWork::abandon(const std::string& why) {
-  state_->abort(why);
-  // Note [Failed group launch]: the abort ends the group's kernels; the event, recorded on the
-  // same stream after them, makes the destructor order the compute stream (and so the reuse
-  // of the tensors) after anything the group had already enqueued.
-  const cudaError_t status = cudaEventRecord(*done_, context(state_->device).comm());
-  recorded_ = status == cudaSuccess;
-  if (!recorded_) MIRROR_CUDA_WARN(status);
+void NcclWork::abort_comms(const std::string& why) { state_->abort(why); }
+
+std::string NcclWork::record_after_abort() noexcept {
+  try {
+    const cudaError_t status = cudaEventRecord(*done_, context(state_->device).comm());
+    (void)cudaGetLastError();
+    recorded_ = status == cudaSuccess;
+    return recorded_ ? "" : std::string("cudaEventRecord: ") + cudaGetErrorString(status);
+  } catch (const std::exception& e) {  // context() of a device that became unusable
+    return e.what();
+  }
+}
+
+std::string NcclWork::release() noexcept {
+  try {
+    const cudaError_t status = cudaStreamWaitEvent(context(state_->device).compute(), *done_, 0);
+    (void)cudaGetLastError();
+    if (status != cudaSuccess)
+      return std::string("cudaStreamWaitEvent: ") + cudaGetErrorString(status);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  waited_ = true;
+  keep_.clear();  // later uses are ordered after the record on the compute stream
+  return "";
+}
+
+void NcclWork::keep_forever(const std::string& why) noexcept {
+  // Reachable from a static, never destroyed: the rank fails anyway (Note [Failed group launch]).
+  static std::mutex mutex;
+  static auto* held = new std::vector<Tensor>();
+  try {
+    std::lock_guard<std::mutex> lock(mutex);
+    held->insert(held->end(), keep_.begin(), keep_.end());
+    keep_.clear();
+    waited_ = true;  // nothing left for the destructor to order
+    std::fprintf(stderr,
+                 "mirror: warning: NCCL %s: its buffers are never given back, since their reuse "
+                 "cannot be ordered after the aborted group (%s)\n",
+                 what_.c_str(), why.c_str());
+  } catch (const std::exception& e) {  // std::bad_alloc: the Work keeps them instead
+    std::fprintf(stderr, "mirror: warning: NCCL %s: %s\n", what_.c_str(), e.what());
+  }
 }
 
 void NcclWork::wait() {
-  state_->throw_if_failed();
-  MIRROR_CHECK(recorded_, CommError,
-               "NCCL " + what_ +
-                   " was never launched: wait() inside an open CollectiveGroup, or "
-                   "the group failed; end the group before waiting");
+  std::string comm_error;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->failed) comm_error = state_->error;
+  }
+  const std::string refusal = dist::detail::wait_refusal(comm_error, recorded_, what_);
+  if (!refusal.empty()) throw CommError(refusal);
   DeviceContext& ctx = context(state_->device);
   MIRROR_CUDA_CHECK(cudaStreamWaitEvent(ctx.compute(), *done_, 0));
   waited_ = true;
@@ -398,24 +446,27 @@ void nccl_group_start() {
 void nccl_group_end() {
   --cuda::group_depth;
   const ncclResult_t r = ncclGroupEnd();
-  if (cuda::group_depth == 0) {
-    auto pending = std::move(cuda::group_pending);
-    cuda::group_pending.clear();
-    if (r == ncclSuccess) {
-      for (auto& w : pending) w->record();
-    } else {
-      // Note [Failed group launch]: when ncclGroupEnd fails, part of the group may already be
-      // enqueued, and those kernels would keep writing tensors that dropping the unrecorded
-      // Works gives back to the caching allocator. So each Work is abandoned instead: its
-      // clique is aborted (which ends the kernels) and its completion event is still recorded
-      // on the communication stream, so the compute stream waits for it before the memory can
-      // be reused; wait() then throws CommError naming the failed launch.
-      const std::string why = std::string("a collective group failed to launch (ncclGroupEnd: ") +
-                              ncclGetErrorString(r) + ")";
-      for (auto& w : pending) w->abandon(why);
-    }
+  if (cuda::group_depth > 0) {  // an inner group: NCCL launches at the outermost end
+    MIRROR_NCCL_CHECK(r);
+    return;
   }
-  MIRROR_NCCL_CHECK(r);
+  const auto pending = std::move(cuda::group_pending);
+  cuda::group_pending.clear();
+  std::string error;
+  if (r != ncclSuccess) {
+    error = ncclGetErrorString(r);
+    const char* last = ncclGetLastError(nullptr);
+    if (last != nullptr && last[0] != '\0') error += std::string(" [") + last + "]";
+  }
+  // Note [Failed group launch] (distributed/comm_teardown.h): on failure, every communicator is
+  // aborted before any Work gives its tensors back.
+  cuda::NcclGroupLaunchOps ops;
+  const std::string failure =
+      detail::finish_group<cuda::NcclGroupLaunchOps>(ops, pending, "ncclGroupEnd", error);
+  MIRROR_CHECK(failure.empty(), CommError,
+               failure +
+                   "; every communicator of the group was aborted. Set NCCL_DEBUG=WARN for "
+                   "NCCL's own diagnosis");
 }
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(

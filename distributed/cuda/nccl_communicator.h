@@ -97,12 +97,20 @@ class NcclWork final : public dist::Work {
   bool done() override;
   /// Blocks until the collective completed or `timeout` passed (then aborts and throws).
   void wait_host(std::chrono::milliseconds timeout);
-  /// Records the completion event on the communication stream (at launch, or at group end).
+  /// Records the completion event on the communication stream (at launch, or at group end)
+  /// and hands the collective to the watchdog.
   void record();
-  /// The group holding this collective failed to launch (Note [Failed group launch]): aborts
-  /// the clique, then records the completion event anyway, so that releasing the tensors is
-  /// ordered after whatever part of the group was enqueued.
-  void abandon(const std::string& why);
+  // The group holding this collective failed to launch (Note [Failed group launch],
+  // distributed/comm_teardown.h; called in this order by finish_group):
+  /// Aborts this collective's communicator with its whole clique, failing them with `why`.
+  void abort_comms(const std::string& why);
+  /// Records the completion event after the aborted kernels: "" or the CUDA error.
+  std::string record_after_abort() noexcept;
+  /// Makes the compute stream wait for that record, then gives the tensors back: "" or the CUDA
+  /// error (then the tensors are still held).
+  std::string release() noexcept;
+  /// Holds the tensors until the process ends (their reuse cannot be ordered after NCCL).
+  void keep_forever(const std::string& why) noexcept;
 
  private:
   std::shared_ptr<NcclState> state_;
