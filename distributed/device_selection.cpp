@@ -163,11 +163,18 @@ DeviceSelection select_gpu_list(const DeviceRequest& req, const std::vector<std:
                                 int local_size, const GpuReport& gpus, const NodeGpuViews& node) {
   DeviceSelection sel;
   std::set<int> seen;
+  const auto is_cpu = [](const std::string& item) { return item.rfind("cpu", 0) == 0; };
+  const auto cpu_items = std::count_if(items.begin(), items.end(), is_cpu);
+  MIRROR_CHECK(cpu_items == 0 || cpu_items == static_cast<std::ptrdiff_t>(items.size()),
+               InvalidArgument,
+               "--devices '" + req.devices +
+                   "' mixes CPU and GPU devices; all replicas of a rank must be of one kind "
+                   "(GPUs: gpu:0,gpu:1; N CPU replicas: cpu:N)");
+  MIRROR_CHECK(cpu_items == 0, InvalidArgument,
+               "--devices '" + req.devices + "': a list names GPUs; for " +
+                   std::to_string(cpu_items) +
+                   " in-process CPU replicas write cpu:" + std::to_string(cpu_items));
   for (const auto& item : items) {
-    MIRROR_CHECK(item.rfind("cpu", 0) != 0, InvalidArgument,
-                 "--devices '" + req.devices +
-                     "' mixes CPU and GPU devices; all replicas of a "
-                     "rank must be of one kind (for N CPU replicas write cpu:N)");
     MIRROR_CHECK(item.find(':') != std::string::npos, InvalidArgument,
                  "--devices '" + req.devices + "': list item '" + item +
                      "' needs an index (gpu:N or cuda:N)");
@@ -246,7 +253,7 @@ DeviceSelection select_devices(const DeviceRequest& request, int local_rank, int
   if (text == "auto" || text == "gpu" || text == "cuda") {
     const bool required = request.require_gpu || text != "auto";
     sel = select_auto(request, required, local_rank, local_size, gpus, node);
-  } else if (text == "cpu" || text.rfind("cpu:", 0) == 0) {
+  } else if ((text == "cpu" || text.rfind("cpu:", 0) == 0) && text.find(',') == std::string::npos) {
     sel = select_cpu(request, text);
   } else {
     const auto items = split_commas(text);

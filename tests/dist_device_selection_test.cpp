@@ -133,6 +133,15 @@ TEST(DeviceSelection, ExplicitGpuList) {
   EXPECT_EQ(select_devices(req(" gpu:1 , cuda:0 "), 0, 1, gpus(2)).devices, cuda({1, 0}));
 }
 
+TEST(DeviceSelection, CpuItemsInAListSayWhatToWrite) {
+  auto msg = message_of<InvalidArgument>([&] { select_devices(req("cpu,cpu"), 0, 1, gpus(2)); });
+  EXPECT_NE(msg.find("write cpu:2"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("mixes"), std::string::npos) << msg;
+  msg = message_of<InvalidArgument>([&] { select_devices(req("cpu:2,gpu:0"), 0, 1, gpus(2)); });
+  EXPECT_NE(msg.find("mixes CPU and GPU devices"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("1024"), std::string::npos) << msg;
+}
+
 TEST(DeviceSelection, MissingGpuIndexIsAnError) {
   const auto msg =
       message_of<InvalidArgument>([&] { select_devices(req("gpu:0,gpu:2"), 0, 1, gpus(2)); });
