@@ -72,6 +72,7 @@ struct MirroredStrategy::Replica {
   nn::Sequential model;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<Communicator> comm;  // null when the world has a single replica
+  std::unique_ptr<nn::ReplicaSum> replica_sum;  // over comm, for synchronized BatchNorm; or null
   std::vector<nn::Parameter*> params;  // model order
   std::unordered_map<const nn::Parameter*, int> index_of;
   std::vector<Tensor> buffers;  // one flat gradient buffer per bucket
@@ -105,6 +106,11 @@ class ReplicaWorkers {
   int remaining_ = 0;
   bool stop_ = false;
 };
+
+/// The ReplicaSum of a replica: sums over `comm`, naming collectives after the step counter
+/// `step` (strategy_sync_bn.cpp).
+std::unique_ptr<nn::ReplicaSum> make_replica_sum(Communicator& comm, Device device,
+                                                 const std::int64_t& step);
 
 namespace detail {
 /// Milliseconds since `start` (steady clock).

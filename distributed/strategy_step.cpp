@@ -274,6 +274,8 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
     ctx.seed = step_seed(options_.seed, batch.step);
     ctx.sample_ids = micro.sample_ids;
     ctx.lengths = micro.lengths;
+    ctx.sample_weights = micro.weights;
+    ctx.replica_sum = r.replica_sum.get();  // synchronized BatchNorm (strategy_sync_bn.cpp)
     const Tensor logits = r.model.forward(micro.inputs, ctx);
     const Tensor dlogits = add_loss(r, logits, micro);
     r.now->timing.forward_ms += detail::ms_since(t0);
@@ -426,6 +428,7 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
 StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
   check_batches(batches, local_replicas(), "evaluate_step");
   check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "evaluate_step");
+  average_buffers();  // Note [Buffers across replicas]
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();
