@@ -642,6 +642,13 @@ struct ModelSpecParser {
         graph_name = config["name"];
       if (entry.contains("inbound_nodes")) {
         graph_inputs = detail::keras_inbound_names(entry["inbound_nodes"], where(index, type));
+        const std::string t = lower(type);
+        if (graph_inputs.empty() && t != "inputlayer") {
+          throw InvalidArgument(where(index, type) +
+                                ", field 'inbound_nodes': empty, so the layer reads no tensor; "
+                                "only an InputLayer has no inbound node");
+        }
+        if (graph_inputs.empty()) graph_inputs = json();
       }
     } else {
       if (config.contains("name")) graph_name = config["name"];
@@ -940,6 +947,14 @@ ModelSpec ModelSpec::builtin(const std::string& name) {
   }
   throw InvalidArgument("unknown built-in model '" + name + "': expected one of " +
                         join(builtin_names()) + ", or a spec file (docs/model-spec.md)");
+}
+
+ModelSpec ModelSpec::with_synchronized_batchnorm() const {
+  ModelSpec out = *this;
+  for (json& l : out.layers_) {
+    if (l["type"] == "batch_normalization") l["synchronized"] = true;
+  }
+  return out;
 }
 
 json ModelSpec::to_json() const {

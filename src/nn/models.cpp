@@ -1,6 +1,7 @@
 // make_model (a bound ModelSpec -> Sequential) and the reference models as built-in specs.
 #include "mirror/nn/models.h"
 
+#include <algorithm>
 #include <map>
 
 #include "mirror/nn/cnn_layers.h"
@@ -76,7 +77,7 @@ std::unique_ptr<Layer> make_layer(const json& l) {
 
 DataShape image_data(const std::string& name, int num_classes) {
   DataShape d;
-  d.sample_shape = name == "cnn" ? Shape{1, 28, 28} : Shape{28, 28};
+  d.sample_shape = name == "gru-rows" ? Shape{28, 28} : Shape{1, 28, 28};
   d.outputs = num_classes;
   return d;
 }
@@ -105,10 +106,13 @@ Sequential make_model(const ModelSpec& bound, DType dtype, Device device, std::u
 }
 
 Sequential make_model(const std::string& name, DType dtype, Device device, std::uint64_t seed) {
-  MIRROR_CHECK(name == "cnn" || name == "gru-rows", InvalidArgument,
+  const auto names = ModelSpec::builtin_names();
+  MIRROR_CHECK(name != "gru-words" && std::find(names.begin(), names.end(), name) != names.end(),
+               InvalidArgument,
                "make_model(\"" + name +
-                   "\"): this shorthand builds cnn or gru-rows for 28x28 "
-                   "images; use make_model(ModelSpec::builtin(name).bind(DataShape{...}))");
+                   "\"): this shorthand builds the built-in image models (cnn, cnn-stride2, "
+                   "resnet, inception, gru-rows) for 28x28 images; use "
+                   "make_model(ModelSpec::builtin(name).bind(DataShape{...}))");
   return make_model(ModelSpec::builtin(name).bind(image_data(name, 10)), dtype, device, seed);
 }
 

@@ -123,14 +123,16 @@ Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
     s.push_back(real * static_cast<double>(v.numel() / (x.dim(0) * v.channels)));
     if (replica_sum_ != nullptr) replica_sum_->sum(s, name() + " statistics");
     count_ = s.back();
-    MIRROR_CHECK(count_ > 0, InvalidArgument,
-                 name() + ": a training batch with no real sample (all padding)");
-    mean.resize(c);
-    var.resize(c);
-    for (std::size_t k = 0; k < c; ++k) {
+    mean.assign(c, 0.0);
+    var.assign(c, 1.0);
+    for (std::size_t k = 0; k < c && count_ > 0; ++k) {
       mean[k] = s[k] / count_;
       var[k] = std::max(s[c + k] / count_ - mean[k] * mean[k], 0.0);
     }
+  }
+  // A replica whose shard is all padding (the end of an epoch) has no statistics: its outputs
+  // are never used (zero loss weight, zero input gradient) and the moving ones stay as they are.
+  if (ctx.training && count_ > 0) {
     // moving = momentum * moving + (1 - momentum) * batch (Keras; biased batch variance).
     std::vector<double> mm = detail::host_values(moving_mean_.value);
     std::vector<double> mv = detail::host_values(moving_variance_.value);
@@ -140,7 +142,7 @@ Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
     }
     moving_mean_.value.copy_from(detail::from_host(mm, dtype_, x.device()));
     moving_variance_.value.copy_from(detail::from_host(mv, dtype_, x.device()));
-  } else {
+  } else if (!ctx.training) {
     mean = detail::host_values(moving_mean_.value);
     var = detail::host_values(moving_variance_.value);
   }
@@ -191,12 +193,13 @@ Tensor BatchNormalization::backward(const Tensor& dy) {
     std::copy(global.begin() + static_cast<std::ptrdiff_t>(c), global.end(), sum_dy_xhat.begin());
   }
   // dx = gamma invstd (dy - sum_dy / M - xhat sum_dy_xhat / M), xhat = (x - mean) invstd,
-  // written as ka dy + kb x + k0.
+  // written as ka dy + kb x + k0 (an all-padding shard has M = 0 and zero sums).
+  const double m = count_ > 0 ? count_ : 1.0;
   for (std::size_t k = 0; k < c; ++k) {
     const double g = gamma[k] * invstd_[k];
     ka[k] = g;
-    kb[k] = -g * invstd_[k] * sum_dy_xhat[k] / count_;
-    k0[k] = -g * sum_dy[k] / count_ + g * invstd_[k] * sum_dy_xhat[k] / count_ * mean_[k];
+    kb[k] = -g * invstd_[k] * sum_dy_xhat[k] / m;
+    k0[k] = -g * sum_dy[k] / m + g * invstd_[k] * sum_dy_xhat[k] / m * mean_[k];
   }
   // Padding did not enter the statistics, so the loss does not depend on it: no gradient.
   const Tensor dx = ops::channel_affine(dy, x_, ka, kb, k0, v).reshape(dy.shape());

@@ -143,8 +143,9 @@ nn::DataShape data_shape(const data::Dataset& d) {
 
 /// The spec bound to the training data; a mismatch names the spec, the data and both values.
 nn::ModelSpec bind_to_data(const TrainConfig& c, const data::Dataset& train) {
-  const nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
-                                                  : nn::ModelSpec::from_file(c.model_spec);
+  nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
+                                            : nn::ModelSpec::from_file(c.model_spec);
+  if (c.sync_batchnorm) spec = spec.with_synchronized_batchnorm();
   try {
     return spec.bind(data_shape(train));
   } catch (const InvalidArgument& e) {

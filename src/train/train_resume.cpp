@@ -107,6 +107,8 @@ Layout expected_layout(nn::Sequential& model, const optim::Optimizer& opt, bool 
         l.optional.insert(name);
     }
   }
+  // Non-trained state (BatchNorm moving statistics) under its layer's name.
+  for (nn::Buffer* b : model.buffers()) l.required[b->name] = &b->value;
   return l;
 }
 
@@ -190,6 +192,7 @@ void load_tensors(dist::MirroredStrategy& strategy, const NamedTensors& tensors,
   }
   for (int r = 0; r < strategy.local_replicas(); ++r) {
     for (nn::Parameter* p : strategy.model(r).parameters()) p->value.copy_from(tensors.at(p->name));
+    for (nn::Buffer* b : strategy.model(r).buffers()) b->value.copy_from(tensors.at(b->name));
     if (with_optimizer) strategy.optimizer(r).load_state(opt_state);
   }
 }
@@ -211,10 +214,13 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
 }
 
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
+  // Collective (every rank comes here): replicas agree on the BatchNorm moving statistics first.
+  if (!config.checkpoint_dir.empty()) strategy->average_buffers();
   if (!is_root() || !checkpoints) return;
   auto span = trace.span("checkpoint", "io");
   NamedTensors tensors;
   for (nn::Parameter* p : strategy->model(0).parameters()) tensors[p->name] = p->value;
+  for (nn::Buffer* b : strategy->model(0).buffers()) tensors[b->name] = b->value;
   for (auto& [name, t] : strategy->optimizer(0).state()) tensors[kOptimizerPrefix + name] = t;
   Metadata m;
   m["mirror.version"] = MIRROR_VERSION;

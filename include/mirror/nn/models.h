@@ -51,6 +51,10 @@ class ModelSpec {
   ModelSpec bind(const DataShape& data) const;
   bool bound() const { return bound_; }
 
+  /// A copy whose every batch_normalization is synchronized across replicas (mirror-train's
+  /// --sync-batchnorm, like PyTorch's convert_sync_batchnorm).
+  ModelSpec with_synchronized_batchnorm() const;
+
   /// The builtin name, the file's stem, or the "name" of the JSON.
   const std::string& name() const { return name_; }
   /// Canonical layers ({"type": ..., fields...}), in order.
