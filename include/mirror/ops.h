@@ -102,10 +102,16 @@ struct ChannelView {
 /// result[c] = sum of a[o, c, i] and result[C + c] = sum of a[o, c, i] * b[o, c, i] (pass b = a
 /// for sums of squares). Returned on the host: 2 * channels values.
 std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const ChannelView& v);
-/// out[o, c, i] = ka[c] * a[o, c, i] + kb[c] * b[o, c, i] + k0[c], a new tensor shaped like a.
-/// `b` may be undefined when `kb` is empty; coefficients are host values, one per channel.
-Tensor channel_affine(const Tensor& a, const Tensor& b, const std::vector<double>& ka,
-                      const std::vector<double>& kb, const std::vector<double>& k0,
+/// Per-channel host coefficients of channel_affine, one value per channel; an empty vector is
+/// all zeros (ka is required). The centres ca/cb are subtracted before scaling, as
+/// (x - mean) * invstd, so values far from zero keep their relative precision.
+struct ChannelAffine {
+  std::vector<double> ka{}, ca{}, kb{}, cb{}, k0{};
+};
+/// out[o, c, i] = ka[c] (a[o, c, i] - ca[c]) + kb[c] (b[o, c, i] - cb[c]) + k0[c], computed in
+/// the tensors' dtype in that order; a new tensor shaped like a. `b` may be undefined when kb is
+/// empty.
+Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v);
 
 /// Average pooling, NCHW. Padded positions are left out of each window's count (TensorFlow's

@@ -50,8 +50,7 @@ class CpuKernels final : public KernelSet {
 
   std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                    const ops::ChannelView& v) override;
-  Tensor channel_affine(const Tensor& a, const Tensor& b, const std::vector<double>& ka,
-                        const std::vector<double>& kb, const std::vector<double>& k0,
+  Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                         const ops::ChannelView& v) override;
   Tensor avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) override;
   Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape,

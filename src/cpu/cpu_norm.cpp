@@ -43,27 +43,27 @@ std::vector<double> CpuKernels::channel_sums(const Tensor& a, const Tensor& b,
   });
 }
 
-Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const std::vector<double>& ka,
-                                  const std::vector<double>& kb, const std::vector<double>& k0,
+Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                                   const ops::ChannelView& v) {
   return with_float(a, "channel_affine", [&](auto t) {
     using T = decltype(t);
     Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
     const T* pa = a.data<T>();
-    const T* pb = kb.empty() ? nullptr : b.data<T>();
+    const T* pb = k.kb.empty() ? nullptr : b.data<T>();
     T* py = y.data<T>();
     const std::int64_t rows = v.outer * v.channels;
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto c = static_cast<std::size_t>(r % v.channels);
-      const T xa = static_cast<T>(ka[c]), x0 = static_cast<T>(k0[c]);
+      const T ka = static_cast<T>(k.ka[c]), ca = static_cast<T>(k.ca[c]);
+      const T k0 = static_cast<T>(k.k0[c]);
       const std::int64_t base = r * v.inner;
       if (pb == nullptr) {
-        for (std::int64_t i = 0; i < v.inner; ++i) py[base + i] = xa * pa[base + i] + x0;
+        for (std::int64_t i = 0; i < v.inner; ++i) py[base + i] = ka * (pa[base + i] - ca) + k0;
       } else {
-        const T xb = static_cast<T>(kb[c]);
+        const T kb = static_cast<T>(k.kb[c]), cb = static_cast<T>(k.cb[c]);
         for (std::int64_t i = 0; i < v.inner; ++i) {
-          py[base + i] = xa * pa[base + i] + xb * pb[base + i] + x0;
+          py[base + i] = ka * (pa[base + i] - ca) + kb * (pb[base + i] - cb) + k0;
         }
       }
     }

@@ -19,22 +19,20 @@ std::vector<double> CudaKernels::channel_sums(const Tensor& a, const Tensor& b,
   return host;
 }
 
-Tensor CudaKernels::channel_affine(const Tensor& a, const Tensor& b, const std::vector<double>& ka,
-                                   const std::vector<double>& kb, const std::vector<double>& k0,
+Tensor CudaKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                                    const ops::ChannelView& v) {
   OpScope op(a);
-  const auto c = static_cast<std::size_t>(v.channels);
-  std::vector<double> packed(ka);
-  packed.insert(packed.end(), k0.begin(), k0.end());
-  packed.insert(packed.end(), kb.begin(), kb.end());
+  // One upload: ka, ca, k0, then kb, cb when b takes part (dispatch filled the empty ones).
+  std::vector<double> packed(k.ka);
+  for (const std::vector<double>* x : {&k.ca, &k.k0, &k.kb, &k.cb}) {
+    packed.insert(packed.end(), x->begin(), x->end());
+  }
   Tensor coef =
       Tensor::empty({static_cast<std::int64_t>(packed.size())}, DType::kFloat64, a.device());
   op.ctx().upload(coef.raw_data(), packed.data(), packed.size() * sizeof(double));
-  const double* d = coef.data<double>();
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
-  cuda::channel_affine(f32(a, "channel_affine"), kb.empty() ? nullptr : f32(b, "channel_affine"), d,
-                       kb.empty() ? nullptr : d + 2 * c, d + c, f32(y, "channel_affine"), v,
-                       op.stream());
+  cuda::channel_affine(f32(a, "channel_affine"), k.kb.empty() ? nullptr : f32(b, "channel_affine"),
+                       coef.data<double>(), f32(y, "channel_affine"), v, op.stream());
   return y;
 }
 

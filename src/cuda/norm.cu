@@ -37,14 +37,20 @@ __global__ void channel_sums_kernel(const float* a, const float* b, double* sums
   }
 }
 
-__global__ void channel_affine_kernel(const float* a, const float* b, const double* ka,
-                                      const double* kb, const double* k0, float* y, std::int64_t n,
-                                      std::int64_t channels, std::int64_t inner) {
+__global__ void channel_affine_kernel(const float* a, const float* b, const double* coef, float* y,
+                                      std::int64_t n, std::int64_t channels, std::int64_t inner) {
   MIRROR_GRID_LOOP(k, n) {
     const std::int64_t c = (k / inner) % channels;
-    // The CPU loop's order: (ka a + kb b) + k0.
-    float v = static_cast<float>(ka[c]) * a[k];
-    if (kb != nullptr) v += static_cast<float>(kb[c]) * b[k];
+    const double* ka = coef;
+    const double* ca = coef + channels;
+    const double* k0 = coef + 2 * channels;
+    // The CPU loop's order: (ka (a - ca) + kb (b - cb)) + k0.
+    float v = static_cast<float>(ka[c]) * (a[k] - static_cast<float>(ca[c]));
+    if (b != nullptr) {
+      const double* kb = coef + 3 * channels;
+      const double* cb = coef + 4 * channels;
+      v += static_cast<float>(kb[c]) * (b[k] - static_cast<float>(cb[c]));
+    }
     y[k] = v + static_cast<float>(k0[c]);
   }
 }
@@ -129,10 +135,10 @@ void channel_sums(const float* a, const float* b, double* sums, const ops::Chann
   MIRROR_CUDA_CHECK_LAUNCH("channel_sums_kernel");
 }
 
-void channel_affine(const float* a, const float* b, const double* ka, const double* kb,
-                    const double* k0, float* y, const ops::ChannelView& v, cudaStream_t s) {
+void channel_affine(const float* a, const float* b, const double* coef, float* y,
+                    const ops::ChannelView& v, cudaStream_t s) {
   const std::int64_t n = v.numel();
-  MIRROR_LAUNCH(channel_affine_kernel, n, s, a, b, ka, kb, k0, y, n, v.channels, v.inner);
+  MIRROR_LAUNCH(channel_affine_kernel, n, s, a, b, coef, y, n, v.channels, v.inner);
 }
 
 void avgpool_forward(const float* x, float* y, std::int64_t planes, int h, int w, int oh, int ow,

@@ -14,9 +14,10 @@ namespace mirror::cuda {
 /// fixed reduction tree (deterministic).
 void channel_sums(const float* a, const float* b, double* sums, const ops::ChannelView& v,
                   cudaStream_t s);
-/// y = ka[c] a + kb[c] b + k0[c]; kb and b null together (then the b term is left out).
-void channel_affine(const float* a, const float* b, const double* ka, const double* kb,
-                    const double* k0, float* y, const ops::ChannelView& v, cudaStream_t s);
+/// y = ka[c] (a - ca[c]) + kb[c] (b - cb[c]) + k0[c]; `coef` holds ka, ca, k0, kb, cb (C each;
+/// kb and cb only when `b` is not null).
+void channel_affine(const float* a, const float* b, const double* coef, float* y,
+                    const ops::ChannelView& v, cudaStream_t s);
 /// Average pooling over [planes, h, w] -> [planes, oh, ow], padding excluded from the count;
 /// backward gathers per input element (no atomics).
 void avgpool_forward(const float* x, float* y, std::int64_t planes, int h, int w, int oh, int ow,

@@ -54,8 +54,7 @@ std::vector<double> padding_mask(const Tensor& weights, std::int64_t n) {
 /// t with every sample n multiplied by mask[n] (t is [N, ...]).
 Tensor mask_samples(const Tensor& t, const std::vector<double>& mask) {
   const auto n = static_cast<std::int64_t>(mask.size());
-  return ops::channel_affine(t, {}, mask, {}, std::vector<double>(mask.size(), 0.0),
-                             {1, n, t.numel() / n});
+  return ops::channel_affine(t, {}, {.ka = mask}, {1, n, t.numel() / n});
 }
 
 }  // namespace
@@ -150,15 +149,16 @@ Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
   const std::vector<double> beta =
       center_ ? detail::host_values(beta_.value) : std::vector<double>(c, 0.0);
   invstd_.resize(c);
-  std::vector<double> ka(c), k0(c);
+  std::vector<double> ka(c);
   for (std::size_t k = 0; k < c; ++k) {
     invstd_[k] = 1.0 / std::sqrt(var[k] + epsilon_);
     ka[k] = gamma[k] * invstd_[k];
-    k0[k] = beta[k] - mean[k] * ka[k];
   }
   mean_ = std::move(mean);
   x_ = x;
-  return ops::channel_affine(x, {}, ka, {}, k0, v).reshape(x.shape());
+  // y = gamma invstd (x - mean) + beta: centred first, like PyTorch, to keep the precision of
+  // channels whose mean is large next to their spread.
+  return ops::channel_affine(x, {}, {.ka = ka, .ca = mean_, .k0 = beta}, v).reshape(x.shape());
 }
 
 Tensor BatchNormalization::backward(const Tensor& dy) {
@@ -183,7 +183,7 @@ Tensor BatchNormalization::backward(const Tensor& dy) {
   if (!batch_stats_) {
     // Inference statistics are constants: dx = gamma * invstd * dy.
     for (std::size_t k = 0; k < c; ++k) ka[k] = gamma[k] * invstd_[k];
-    return ops::channel_affine(dy, {}, ka, {}, k0, v).reshape(dy.shape());
+    return ops::channel_affine(dy, {}, {.ka = ka}, v).reshape(dy.shape());
   }
   if (replica_sum_ != nullptr) {
     std::vector<double> global = sum_dy;
@@ -193,16 +193,17 @@ Tensor BatchNormalization::backward(const Tensor& dy) {
     std::copy(global.begin() + static_cast<std::ptrdiff_t>(c), global.end(), sum_dy_xhat.begin());
   }
   // dx = gamma invstd (dy - sum_dy / M - xhat sum_dy_xhat / M), xhat = (x - mean) invstd,
-  // written as ka dy + kb x + k0 (an all-padding shard has M = 0 and zero sums).
+  // written as ka dy + kb (x - mean) + k0 (an all-padding shard has M = 0 and zero sums).
   const double m = count_ > 0 ? count_ : 1.0;
   for (std::size_t k = 0; k < c; ++k) {
     const double g = gamma[k] * invstd_[k];
     ka[k] = g;
     kb[k] = -g * invstd_[k] * sum_dy_xhat[k] / m;
-    k0[k] = -g * sum_dy[k] / m + g * invstd_[k] * sum_dy_xhat[k] / m * mean_[k];
+    k0[k] = -g * sum_dy[k] / m;
   }
   // Padding did not enter the statistics, so the loss does not depend on it: no gradient.
-  const Tensor dx = ops::channel_affine(dy, x_, ka, kb, k0, v).reshape(dy.shape());
+  const Tensor dx = ops::channel_affine(dy, x_, {.ka = ka, .kb = kb, .cb = mean_, .k0 = k0}, v)
+                        .reshape(dy.shape());
   return mask_.empty() ? dx : mask_samples(dx, mask_);
 }
 
@@ -253,19 +254,18 @@ Tensor LayerNormalization::forward(const Tensor& x, ForwardContext&) {
   const auto r = static_cast<std::size_t>(rows);
   const std::vector<double> s = ops::channel_sums(x, x, {1, rows, features_});
   rstd_.resize(r);
-  std::vector<double> k0(r);
+  std::vector<double> mean(r);
   for (std::size_t i = 0; i < r; ++i) {
-    const double mean = s[i] / static_cast<double>(features_);
-    const double var = std::max(s[r + i] / static_cast<double>(features_) - mean * mean, 0.0);
+    mean[i] = s[i] / static_cast<double>(features_);
+    const double var = std::max(s[r + i] / static_cast<double>(features_) - mean[i] * mean[i], 0.0);
     rstd_[i] = 1.0 / std::sqrt(var + epsilon_);
-    k0[i] = -mean * rstd_[i];
   }
-  xhat_ = ops::channel_affine(x, {}, rstd_, {}, k0, {1, rows, features_});
+  xhat_ = ops::channel_affine(x, {}, {.ka = rstd_, .ca = mean}, {1, rows, features_});
   const auto f = static_cast<std::size_t>(features_);
   const std::vector<double> gamma = scale_ ? detail::host_values(gamma_.value) : ones(f);
   const std::vector<double> beta =
       center_ ? detail::host_values(beta_.value) : std::vector<double>(f, 0.0);
-  return ops::channel_affine(xhat_, {}, gamma, {}, beta, {rows, features_, 1});
+  return ops::channel_affine(xhat_, {}, {.ka = gamma, .k0 = beta}, {rows, features_, 1});
 }
 
 Tensor LayerNormalization::backward(const Tensor& dy) {
@@ -280,8 +280,7 @@ Tensor LayerNormalization::backward(const Tensor& dy) {
   if (scale_) add_to_grad(gamma_, {per_feature.begin() + features_, per_feature.end()});
   if (!input_grad_needed()) return {};
   const std::vector<double> gamma = scale_ ? detail::host_values(gamma_.value) : ones(f);
-  const Tensor dxhat =
-      ops::channel_affine(dy, {}, gamma, {}, std::vector<double>(f, 0.0), {rows, features_, 1});
+  const Tensor dxhat = ops::channel_affine(dy, {}, {.ka = gamma}, {rows, features_, 1});
   // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) per row.
   const std::vector<double> s = ops::channel_sums(dxhat, xhat_, {1, rows, features_});
   std::vector<double> kb(r), k0(r);
@@ -290,7 +289,7 @@ Tensor LayerNormalization::backward(const Tensor& dy) {
     k0[i] = -rstd_[i] * s[i] / static_cast<double>(features_);
   }
   // xhat = (x - mean) rstd, so "kb xhat" is the xhat term directly.
-  return ops::channel_affine(dxhat, xhat_, rstd_, kb, k0, {1, rows, features_});
+  return ops::channel_affine(dxhat, xhat_, {.ka = rstd_, .kb = kb, .k0 = k0}, {1, rows, features_});
 }
 
 nlohmann::json LayerNormalization::config() const {

@@ -53,17 +53,26 @@ std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const Channel
   return kernels_for(a.device()).channel_sums(a, b, v);
 }
 
-Tensor channel_affine(const Tensor& a, const Tensor& b, const std::vector<double>& ka,
-                      const std::vector<double>& kb, const std::vector<double>& k0,
+Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v) {
   require_float(a, "channel_affine");
   require_view(a, v, "channel_affine");
-  require_coefficients(ka, v, false, "channel_affine", "ka");
-  require_coefficients(k0, v, false, "channel_affine", "k0");
-  require_coefficients(kb, v, true, "channel_affine", "kb");
-  MIRROR_REQUIRE(kb.empty() || b.defined(), "channel_affine", "kb given without b");
-  if (!kb.empty()) require_like(a, b, "channel_affine");
-  return kernels_for(a.device()).channel_affine(a, b, ka, kb, k0, v);
+  require_coefficients(k.ka, v, false, "channel_affine", "ka");
+  require_coefficients(k.ca, v, true, "channel_affine", "ca");
+  require_coefficients(k.kb, v, true, "channel_affine", "kb");
+  require_coefficients(k.cb, v, true, "channel_affine", "cb");
+  require_coefficients(k.k0, v, true, "channel_affine", "k0");
+  MIRROR_REQUIRE(k.kb.empty() || b.defined(), "channel_affine", "kb given without b");
+  if (!k.kb.empty()) require_like(a, b, "channel_affine");
+  // Backends see every vector full (zeros for the empty ones) except kb, whose emptiness says
+  // whether b takes part.
+  const auto zeros = std::vector<double>(static_cast<std::size_t>(v.channels), 0.0);
+  ChannelAffine full = k;
+  for (std::vector<double>* x : {&full.ca, &full.k0}) {
+    if (x->empty()) *x = zeros;
+  }
+  if (!full.kb.empty() && full.cb.empty()) full.cb = zeros;
+  return kernels_for(a.device()).channel_affine(a, b, full, v);
 }
 
 Tensor avgpool2d_forward(const Tensor& x, const Pool2DGeometry& g) {

@@ -50,8 +50,8 @@ class KernelSet {
 
   virtual std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                            const ops::ChannelView& v) = 0;
-  virtual Tensor channel_affine(const Tensor& a, const Tensor& b, const std::vector<double>& ka,
-                                const std::vector<double>& kb, const std::vector<double>& k0,
+  /// Every vector of `k` has `channels` values here (dispatch fills empty ones with zeros).
+  virtual Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                                 const ops::ChannelView& v) = 0;
   virtual Tensor avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) = 0;
   virtual Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape,

@@ -112,7 +112,7 @@ expect_error() {  # expect_error PATTERN CMD...
 }
 expect_error "unrecognised option '--bogus'" "$train" --bogus
 expect_error "--epochs must be >= 1" "$train" "${common[@]}" --epochs 0
-expect_error "--model must be cnn, gru-rows or gru-words" "$train" --model lstm
+expect_error "--model must be one of cnn-stride2, cnn, gru-rows, gru-words, inception, resnet" "$train" --model lstm
 echo '{"epochs": 1, "bogus_key": 3}' >"$work/bad.json"
 expect_error "unknown config key 'bogus_key'" "$train" --config "$work/bad.json"
 echo '{"epochs": "many"}' >"$work/bad2.json"
