@@ -107,6 +107,8 @@ class ReplicaWorkers {
   bool stop_ = false;
 };
 
+/// Whether some BatchNormalization of `model` is synchronized across replicas.
+bool has_synchronized_batchnorm(nn::Sequential& model);
 /// The ReplicaSum of a replica: sums over `comm`, naming collectives after the step counter
 /// `step` (strategy_sync_bn.cpp).
 std::unique_ptr<nn::ReplicaSum> make_replica_sum(Communicator& comm, Device device,

@@ -308,6 +308,12 @@ void MirroredStrategy::compute_gradients(Replica& r, const data::Batch& batch,
       break;
     } catch (const OutOfMemory& e) {
       if (!options_.split_on_oom) throw;
+      // Synchronized BatchNorm issues collectives in forward: a replica that retried alone with
+      // more micro-batches would issue more of them than the others.
+      MIRROR_CHECK(!communicate || !has_synchronized_batchnorm(r.model), OutOfMemory,
+                   std::string(e.what()) +
+                       " (a model with synchronized BatchNorm cannot retry a step in smaller "
+                       "micro-batches on one replica; lower the batch size)");
       MIRROR_CHECK(r.now->next_launch == 0, OutOfMemory,
                    std::string(e.what()) +
                        " (this step's first all-reduces were already launched, so it cannot be "

@@ -47,6 +47,14 @@ bool has_replica_local_buffers(nn::Sequential& model) {
 
 }  // namespace
 
+bool has_synchronized_batchnorm(nn::Sequential& model) {
+  for (auto& layer : model.layers()) {
+    auto* bn = dynamic_cast<nn::BatchNormalization*>(layer.get());
+    if (bn != nullptr && bn->synchronized()) return true;
+  }
+  return false;
+}
+
 std::unique_ptr<nn::ReplicaSum> make_replica_sum(Communicator& comm, Device device,
                                                  const std::int64_t& step) {
   return std::make_unique<CommReplicaSum>(comm, device, step);
