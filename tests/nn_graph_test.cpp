@@ -147,6 +147,17 @@ TEST(ModelGraph, SetUpErrors) {
                                                         HasSubstr("'conv2d_1' is [3,3,3]"),
                                                         HasSubstr("'conv2d_2' is [3,6,6]"))));
   }
+  {  // sequences: the channel axis is the last one, which Concatenate does not join
+    Sequential seq;
+    seq.add(std::make_unique<ActivationLayer>(Activation::kTanh), {-1});
+    seq.add(std::make_unique<ActivationLayer>(Activation::kRelu), {-1});
+    seq.add(std::make_unique<Concatenate>(), {0, 1});
+    EXPECT_THAT(
+        [&] {
+          seq.build({3, 4}, 1);
+        },
+        ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("[C, H, W] or features [F]")));
+  }
   {  // an output nobody reads
     Sequential m;
     m.add(std::make_unique<Flatten>(), {-1});

@@ -57,7 +57,13 @@ std::vector<Tensor> Add::backward_inputs(const Tensor& dy) {
 Shape Concatenate::build_inputs(const std::vector<Shape>& shapes,
                                 const std::vector<std::string>& names, DType, Device) {
   Shape out = shapes[0];
-  MIRROR_CHECK(!out.empty(), InvalidArgument, name() + " (concatenate): scalar inputs");
+  // The channel axis is C of [C, H, W] and F of [F]; for sequences [T, F] it would be the last
+  // axis, which concat_channels (dimension 1 of the batch) does not join.
+  MIRROR_CHECK(out.size() == 1 || out.size() == 3, InvalidArgument,
+               name() +
+                   " (concatenate): joins images [C, H, W] or features [F] along the "
+                   "channel axis, got input '" +
+                   names[0] + "' " + shape_str(out));
   channels_.clear();
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size();

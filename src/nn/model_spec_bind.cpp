@@ -28,6 +28,10 @@ struct Walk {
 Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& inputs,
                   const std::vector<Shape>& shapes) {
   Shape out = shapes[0];
+  if (type == "concatenate" && out.size() != 1 && out.size() != 3) {
+    w.fail("joins images [C, H, W] or features [F] along the channel axis, got input '" +
+           inputs[0].get<std::string>() + "' " + shape_str(out));
+  }
   for (std::size_t i = 1; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size() && !out.empty();
     for (std::size_t d = type == "add" ? 0 : 1; ok && d < out.size(); ++d) {

@@ -100,6 +100,7 @@ class Add : public MergeLayer {
 
 /// Concatenation along the channel axis (dimension 1: channels of NCHW, features of [N, F]);
 /// the other dimensions must agree (InvalidArgument naming both inputs and shapes otherwise).
+/// Sequences [N, T, F] are not supported (their channel axis is the last).
 class Concatenate : public MergeLayer {
  public:
   std::string kind() const override { return "concatenate"; }
