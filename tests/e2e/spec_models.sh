@@ -10,8 +10,9 @@
 # a BatchNormalization's beta behind a convolution and another BatchNormalization has a gradient
 # that is nearly zero by construction (the next one removes the mean), a sum of float32 terms that
 # cancel, so its few-ulp differences are large next to it; 1 rank with 2 threads differs from 1
-# rank with 1 thread by as much (ResNet: ~1e-3). Without sync the difference is ~0.3-0.5, and the
-# exactness of sync BatchNorm to 1e-5 is tests/mpi/equivalence_test.cpp's.
+# rank with 1 thread by as much (ResNet: 1e-3 to 7e-3). Without sync it is ~0.3-0.5, and the
+# exactness of sync BatchNorm to 1e-5 is tests/mpi/equivalence_test.cpp's. The Keras functional
+# ResNet-style fixture runs the same way, read as Keras wrote it.
 # Usage: spec_models.sh <build dir>. Exit 77 = skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 models="$root/examples/models"
@@ -63,9 +64,12 @@ run_spec "$models/cnn.json" --model cnn "${real_images[@]}"
 run_spec "$models/cnn-stride2.json" --model cnn "${real_images[@]}"
 run_spec "$models/gru-rows.json" --model gru-rows "${real_images[@]}"
 run_spec "$models/gru-words.json" --model gru-words --data synthetic
-MODE=l2 TOLERANCE=1e-2 run_spec "$models/resnet.json" --model resnet "${real_images[@]}" \
+MODE=l2 TOLERANCE=3e-2 run_spec "$models/resnet.json" --model resnet "${real_images[@]}" \
   --sync-batchnorm
 MODE=l2 run_spec "$models/inception.json" --model inception "${real_images[@]}" --sync-batchnorm
+# A Keras 3 functional to_json() (exported once, tests/data/keras/make_functional.py), unchanged.
+MODE=l2 run_spec "$root/tests/data/keras/residual.keras.json" --model resnet "${real_images[@]}" \
+  --sync-batchnorm
 
 [ "$failures" -eq 0 ] || exit 1
 echo "spec_models: all shipped specs passed"
