@@ -72,12 +72,13 @@ struct MirroredStrategy::Replica {
   nn::Sequential model;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<Communicator> comm;  // null when the world has a single replica
-  std::unique_ptr<nn::ReplicaSum> replica_sum;  // over comm, for synchronized BatchNorm; or null
   std::vector<nn::Parameter*> params;  // model order
   std::unordered_map<const nn::Parameter*, int> index_of;
   std::vector<Tensor> buffers;  // one flat gradient buffer per bucket
   std::vector<Tensor> wire;     // 16-bit copies of the buffers while compressing
 
+  // Sums over comm for synchronized BatchNorm (strategy_sync_bn.cpp); null with one replica.
+  std::unique_ptr<nn::ReplicaSum> replica_sum;
   std::optional<ReplicaStep> now;  // the step in flight (the last one after it ends)
   OomSplit oom;
 };

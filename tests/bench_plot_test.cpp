@@ -82,7 +82,8 @@ TEST(BenchPlot, ModelNamesAreMirrorTrains) {
     check_train_bench_options(o);
     FAIL() << "lstm accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("resnet, inception or gru-rows"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("resnet, inception or gru-rows"), std::string::npos)
+        << e.what();
   }
 }
 
