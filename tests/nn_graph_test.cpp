@@ -306,6 +306,29 @@ TEST(SpecGraph, KerasFunctionalJson) {
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("no shared layers")));
 }
 
+TEST(SpecSoftmax, ALastSoftmaxIsFoldedIntoTheLoss) {
+  // Keras classifiers end in softmax: a Dense's becomes linear, an Activation layer is dropped.
+  const ModelSpec dense = ModelSpec::from_json(json::parse(
+      R"([{"type": "flatten"}, {"type": "dense", "units": 3, "activation": "softmax"}])"));
+  EXPECT_TRUE(dense.softmax_folded());
+  EXPECT_EQ(dense.layers().back()["activation"], "linear");
+  EXPECT_EQ(dense.to_json()["softmax_folded"], true);
+  EXPECT_TRUE(ModelSpec::from_json(dense.to_json()).softmax_folded());  // checkpoints keep it
+  json graph = graph_spec();
+  graph["layers"].push_back({{"type", "activation"}, {"activation", "softmax"}});
+  const ModelSpec g = ModelSpec::from_json(graph, "g.json");
+  EXPECT_TRUE(g.softmax_folded());
+  EXPECT_EQ(g.layers().size(), 6u);
+  EXPECT_EQ(g.layers().back()["type"], "dense");
+  EXPECT_FALSE(ModelSpec::from_json(graph_spec()).softmax_folded());
+  // Anywhere else it is an error.
+  json early = graph_spec();
+  early["layers"][0]["activation"] = "softmax";
+  EXPECT_THAT(
+      [&] { ModelSpec::from_json(early, "g.json"); },
+      ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("only on the model's last layer")));
+}
+
 TEST(SpecGraph, ShippedGraphModelsBuild) {
   const DataShape fmnist{{1, 28, 28}, DType::kFloat32, 10};
   Sequential resnet = make_model(ModelSpec::builtin("resnet").bind(fmnist));

@@ -194,7 +194,10 @@ std::string activation_field(Fields& f, const std::string& name, const std::stri
   if (v == nullptr) return fallback;
   if (!v->is_string()) f.fail(field, "expected an activation name, got " + v->dump());
   const std::string a = lower(v->get<std::string>());
-  if (a == "softmax" || a == "log_softmax") {
+  // Note [Folded softmax]: a softmax on the model's last layer is folded into the
+  // softmax-cross-entropy loss (ModelSpecParser::fold_softmax checks where it is).
+  if (a == "softmax") return "softmax";
+  if (a == "log_softmax") {
     f.fail(field, "'" + a +
                       "' is not a layer activation in Mirror: its losses take logits "
                       "(softmax-cross-entropy applies the softmax), so use \"linear\" here");
@@ -712,6 +715,41 @@ struct ModelSpecParser {
                           "masking, gru, activation, relu (ReLU), input (InputLayer)");
   }
 
+  /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
+  /// model's last layer (Keras classifiers end so), from a dense (whose activation becomes
+  /// linear) or an activation layer (dropped), and the spec remembers it (softmax_folded): the
+  /// trainer then requires the softmax-cross-entropy loss, which applies it.
+  void fold_softmax() {
+    const std::size_t n = spec.layers_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      json& l = spec.layers_[i];
+      if (!l.contains("activation") || l["activation"] != "softmax") continue;
+      const std::string type = l["type"].get<std::string>();
+      const std::string at = where(spec.origin_[i], type) + ", field 'activation': ";
+      if (i + 1 != n || (type != "dense" && type != "activation")) {
+        throw InvalidArgument(at +
+                              "softmax is accepted only on the model's last layer, a dense or an "
+                              "activation layer, where Mirror folds it into the "
+                              "softmax-cross-entropy loss (its losses take logits); use "
+                              "\"linear\" here");
+      }
+      spec.softmax_folded_ = true;
+      if (type == "dense") {
+        l["activation"] = "linear";
+        continue;
+      }
+      const bool follows = n >= 2 && (!l.contains("inputs") ||
+                                      l["inputs"] == json::array({spec.layers_[n - 2]["name"]}));
+      if (!follows) {
+        throw InvalidArgument(at +
+                              "a softmax layer is folded into the loss only when it reads "
+                              "the layer before it (the model's logits)");
+      }
+      spec.layers_.erase(n - 1);
+      spec.origin_.pop_back();
+    }
+  }
+
   /// Names the layers one entry produced [first, end) and chains them: the first reads the
   /// entry's inputs (when given), each further one the layer before it (Note [Spec graph]).
   void place_in_graph(std::size_t first, const json& name, const json& inputs) {
@@ -738,6 +776,7 @@ struct ModelSpecParser {
     for (std::size_t i = 0; i < list.size(); ++i) layer(list[i], i);
     if (spec.layers_.empty()) throw InvalidArgument(source + ": the spec has no layers");
     detail::resolve_graph(spec.layers_, spec.origin_, input_names, output_name, source);
+    fold_softmax();
     // Only the last Dense may leave its units to the data.
     std::ptrdiff_t last_dense = -1;
     for (std::size_t i = 0; i < spec.layers_.size(); ++i) {
@@ -823,10 +862,12 @@ struct ModelSpecParser {
   /// {"name": ..., "input_shape": [...], "layers": [...]} (Mirror; to_json() writes this).
   void mirror_model(const json& j) {
     for (const auto& item : j.items()) {
-      static const std::set<std::string> known = {"name", "description", "input_shape", "layers"};
+      static const std::set<std::string> known = {"name", "description", "input_shape", "layers",
+                                                  "softmax_folded"};
       if (!known.count(item.key())) {
         throw InvalidArgument(source + ", field '" + item.key() +
-                              "': unknown field; known: name, description, input_shape, layers");
+                              "': unknown field; known: name, description, input_shape, layers, "
+                              "softmax_folded");
       }
     }
     if (j.contains("name")) {
@@ -843,6 +884,13 @@ struct ModelSpecParser {
       state_input(j["input_shape"], false, "input_shape", [&](const std::string& m) {
         throw InvalidArgument(source + ", field 'input_shape': " + m);
       });
+    }
+    if (j.contains("softmax_folded")) {
+      if (!j["softmax_folded"].is_boolean()) {
+        throw InvalidArgument(source + ", field 'softmax_folded': expected true or false, got " +
+                              j["softmax_folded"].dump());
+      }
+      spec.softmax_folded_ = j["softmax_folded"].get<bool>();
     }
     layers(j["layers"]);
   }
@@ -965,6 +1013,7 @@ json ModelSpec::to_json() const {
     j["input_shape"] = shape;
   }
   j["layers"] = layers_;
+  if (softmax_folded_) j["softmax_folded"] = true;  // Note [Folded softmax]
   return j;
 }
 
