@@ -30,6 +30,9 @@ std::vector<double> CpuKernels::channel_sums(const Tensor& a, const Tensor& b,
       double s1 = 0, s2 = 0;
       for (std::int64_t o = 0; o < v.outer; ++o) {
         const std::int64_t base = (o * v.channels + c) * v.inner;
+        // Vector lanes accumulate separately, then combine: a fixed order for a given build,
+        // whatever the thread count.
+#pragma omp simd reduction(+ : s1, s2)
         for (std::int64_t i = 0; i < v.inner; ++i) {
           const double x = pa[base + i];
           s1 += x;
