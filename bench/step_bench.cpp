@@ -103,9 +103,9 @@ int main(int argc, char** argv) {
   int batch = 64, warmup = 3, steps = 20, threads = 1;
   po::options_description opts(
       "step-bench: median time of one training step (forward, loss, backward, Adam)");
-  opts.add_options()("help,h", "show this help")("model",
-                                                 po::value(&models)->default_value("cnn,gru-rows"),
-                                                 "comma-separated: cnn, gru-rows, lstm-rows")(
+  opts.add_options()("help,h", "show this help")(
+      "model", po::value(&models)->default_value("cnn,gru-rows"),
+      "comma-separated: cnn, gru-rows, lstm-rows, resnet, inception, cnn-stride2")(
       "batch", po::value(&batch)->default_value(64), "samples per step")(
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "steps", po::value(&steps)->default_value(20), "timed steps")(

@@ -45,6 +45,39 @@ class RowLstm(nn.Module):
         return self.dense(h[0])
 
 
+class BasicBlock(nn.Module):
+    """conv3x3-BN-ReLU-conv3x3-BN plus the input (a 1x1 conv + BN projection when the stride or
+    the width changes), then ReLU: a block of examples/models/resnet.json."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout, 1e-3, 0.01),
+            nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(cout, 1e-3, 0.01))
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout, 1e-3, 0.01))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + (x if self.proj is None else self.proj(x)))
+
+
+def make_resnet():
+    """examples/models/resnet.json (padding 1 where TensorFlow's "same" pads 0/1 for stride 2:
+    the same shapes and work)."""
+    layers = [nn.Conv2d(1, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16, 1e-3, 0.01), nn.ReLU()]
+    cin = 16
+    for cout in (16, 32, 64):
+        for b in range(2):
+            stride = 2 if cout != 16 and b == 0 else 1
+            layers.append(BasicBlock(cin, cout, stride))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
+    return nn.Sequential(*layers)
+
+
 def make_model(name):
     if name == "cnn":  # nn::make_cnn: the TensorFlow layers-tutorial CNN
         return nn.Sequential(
@@ -56,7 +89,9 @@ def make_model(name):
         return RowGru(), (28, 28)
     if name == "lstm-rows":
         return RowLstm(), (28, 28)
-    raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows or lstm-rows")
+    if name == "resnet":
+        return make_resnet(), (1, 28, 28)
+    raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows, lstm-rows or resnet")
 
 
 def time_model(name, batch, warmup, steps, device):

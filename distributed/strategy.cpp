@@ -119,6 +119,17 @@ std::string describe_model(nn::Sequential& model, const BucketPlan& plan,
   for (const auto& layer : model.layers()) {
     out << "layer " << layer->name() << " " << layer->config().dump() << "\n";
   }
+  if (!model.is_chain()) {  // the graph's edges (a chain's are implied)
+    for (std::size_t i = 0; i < model.layers().size(); ++i) {
+      out << "inputs " << model.layers()[i]->name();
+      for (int in : model.layer_inputs(i)) out << " " << in;
+      out << "\n";
+    }
+  }
+  for (nn::Buffer* b : model.buffers()) {
+    out << "buffer " << b->name << " " << dtype_name(b->value.dtype()) << " "
+        << shape_text(b->value.shape()) << "\n";
+  }
   out << plan.describe();
   return out.str();
 }
@@ -298,6 +309,7 @@ void MirroredStrategy::create_communicators() {
                        : runtime_                              ? runtime_->default_timeout()
                                                                : std::chrono::seconds(600);
   if (cross_rank_) cross_rank_->set_timeout(timeout);
+  for (auto& r : replicas_) r->replica_sum = make_replica_sum(*r->comm, r->device, steps_);
   for (auto& r : replicas_) r->comm->set_timeout(timeout);
 }
 
@@ -339,6 +351,7 @@ std::uint64_t MirroredStrategy::weights_fingerprint(int local_replica) {
   std::uint64_t h = 14695981039346656037ull;
   for (nn::Parameter* p : model(local_replica).parameters())
     h = mix_hash(h, ops::fingerprint(p->value));
+  for (nn::Buffer* b : model(local_replica).buffers()) h = mix_hash(h, ops::fingerprint(b->value));
   return h;
 }
 
@@ -353,6 +366,7 @@ int MirroredStrategy::rank_of_replica(int replica) const {
 
 void MirroredStrategy::check_replicas_identical() {
   if (world_replicas_ == 1) return;
+  average_buffers();
   std::vector<std::vector<std::int64_t>> gathered(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto fp = static_cast<std::int64_t>(weights_fingerprint(r.local_index));

@@ -77,6 +77,8 @@ struct MirroredStrategy::Replica {
   std::vector<Tensor> buffers;  // one flat gradient buffer per bucket
   std::vector<Tensor> wire;     // 16-bit copies of the buffers while compressing
 
+  // Sums over comm for synchronized BatchNorm (strategy_sync_bn.cpp); null with one replica.
+  std::unique_ptr<nn::ReplicaSum> replica_sum;
   std::optional<ReplicaStep> now;  // the step in flight (the last one after it ends)
   OomSplit oom;
 };
@@ -105,6 +107,13 @@ class ReplicaWorkers {
   int remaining_ = 0;
   bool stop_ = false;
 };
+
+/// Whether some BatchNormalization of `model` is synchronized across replicas.
+bool has_synchronized_batchnorm(nn::Sequential& model);
+/// The ReplicaSum of a replica: sums over `comm`, naming collectives after the step counter
+/// `step` (strategy_sync_bn.cpp).
+std::unique_ptr<nn::ReplicaSum> make_replica_sum(Communicator& comm, Device device,
+                                                 const std::int64_t& step);
 
 namespace detail {
 /// Milliseconds since `start` (steady clock).

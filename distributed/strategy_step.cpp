@@ -274,6 +274,8 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
     ctx.seed = step_seed(options_.seed, batch.step);
     ctx.sample_ids = micro.sample_ids;
     ctx.lengths = micro.lengths;
+    ctx.sample_weights = micro.weights;
+    ctx.replica_sum = r.replica_sum.get();  // synchronized BatchNorm (strategy_sync_bn.cpp)
     const Tensor logits = r.model.forward(micro.inputs, ctx);
     const Tensor dlogits = add_loss(r, logits, micro);
     r.now->timing.forward_ms += detail::ms_since(t0);
@@ -306,6 +308,12 @@ void MirroredStrategy::compute_gradients(Replica& r, const data::Batch& batch,
       break;
     } catch (const OutOfMemory& e) {
       if (!options_.split_on_oom) throw;
+      // Synchronized BatchNorm issues collectives in forward: a replica that retried alone with
+      // more micro-batches would issue more of them than the others.
+      MIRROR_CHECK(!communicate || !has_synchronized_batchnorm(r.model), OutOfMemory,
+                   std::string(e.what()) +
+                       " (a model with synchronized BatchNorm cannot retry a step in smaller "
+                       "micro-batches on one replica; lower the batch size)");
       MIRROR_CHECK(r.now->next_launch == 0, OutOfMemory,
                    std::string(e.what()) +
                        " (this step's first all-reduces were already launched, so it cannot be "
@@ -426,6 +434,7 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
 StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
   check_batches(batches, local_replicas(), "evaluate_step");
   check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "evaluate_step");
+  average_buffers();  // Note [Buffers across replicas]
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();

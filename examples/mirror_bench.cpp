@@ -92,7 +92,8 @@ int run_train(int argc, char** argv) {
   auto add = desc.add_options();
   add("help,h", "show this help");
   add("model", po::value(&o.model)->default_value(o.model),
-      "cnn or gru-rows, as in mirror-train (gru: an older name of gru-rows)");
+      "cnn, cnn-stride2, resnet, inception or gru-rows, as in mirror-train (gru: an older name "
+      "of gru-rows)");
   add("replicas", po::value(&replicas)->default_value(replicas), "replica counts, e.g. 1,2,4");
   add("steps", po::value(&o.steps)->default_value(o.steps), "timed steps per count");
   add("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first");

@@ -31,7 +31,8 @@ po::options_description make_options() {
       "config", po::value<std::string>(),
       "JSON file with any of the options below (keys as flag names)")(
       "model", po::value<std::string>(),
-      "built-in model: cnn | gru-rows | gru-words (default cnn)")(
+      "built-in model: cnn | cnn-stride2 | resnet | inception | gru-rows | gru-words (default "
+      "cnn)")(
       "model-spec", po::value<std::string>(),
       "model spec JSON file (a Sequential layer list, Mirror or Keras names); replaces --model")(
       "loss", po::value<std::string>(),
@@ -81,6 +82,8 @@ po::options_description make_options() {
       "memory", po::value<std::string>(),
       "growth | preallocate=FRACTION | limit=BYTES (default growth)")(
       "require-gpu", "fail instead of falling back to the CPU")(
+      "sync-batchnorm",
+      "synchronize every BatchNormalization across replicas (statistics of the global batch)")(
       "allow-gpu-sharing", "let several local ranks share a GPU")(
       "threads", po::value<int>(), "CPU threads per rank (default: cores / local ranks)")(
       "comm-timeout", po::value<double>(),
@@ -197,6 +200,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   if (vm.count("weight-decay")) mirror::train::check_weight_decay_flag(c.weight_decay);
   if (vm.count("force-lr")) c.force_lr = true;
   if (vm.count("require-gpu")) c.require_gpu = true;
+  if (vm.count("sync-batchnorm")) c.sync_batchnorm = true;
   if (vm.count("allow-gpu-sharing")) c.allow_gpu_sharing = true;
   if (vm.count("no-progress")) c.progress = false;
   if (vm.count("lr-scale")) {

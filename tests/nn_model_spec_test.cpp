@@ -107,8 +107,8 @@ TEST(ModelSpecBuiltin, NamesRoundTripAndParameterNames) {
     EXPECT_FALSE(spec.bound());
     EXPECT_EQ(ModelSpec::from_json(spec.to_json()).to_json(), spec.to_json());
   }
-  EXPECT_THAT(error_of([] { ModelSpec::builtin("resnet"); }),
-              AllOf(HasSubstr("resnet"), HasSubstr("cnn"), HasSubstr("gru-words")));
+  EXPECT_THAT(error_of([] { ModelSpec::builtin("vgg16"); }),
+              AllOf(HasSubstr("vgg16"), HasSubstr("cnn"), HasSubstr("resnet")));
   Sequential cnn = make_model("cnn");
   EXPECT_EQ(names(cnn), (std::vector<std::string>{
                             "conv2d_1/kernel", "conv2d_1/bias", "conv2d_2/kernel", "conv2d_2/bias",
@@ -325,8 +325,10 @@ TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
        {"layer 1 (GRU)", "field 'reset_after'", "only true"}},
       {R"([{"type": "conv2d", "filters": 2, "kernel": 3, "strides": [1, 2]}])",
        {"layer 0 (conv2d)", "field 'strides'", "[1, 2]"}},
-      {R"([{"type": "conv2d", "filters": 2, "kernel": 3, "use_bias": false}])",
+      {R"([{"type": "conv2d", "filters": 2, "kernel": 3, "use_bias": 0}])",
        {"layer 0 (conv2d)", "field 'use_bias'"}},
+      {R"([{"type": "dense", "units": 2, "use_bias": false}])",
+       {"layer 0 (dense)", "field 'use_bias'"}},
       {R"([{"type": "conv2d", "filters": 2, "kernel": 3, "dilation_rate": 2}])",
        {"field 'dilation_rate'"}},
       {R"([{"type": "conv2d", "filters": 2, "kernel": 3, "padding": "causal"}])",
@@ -337,8 +339,10 @@ TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
       {R"([{"type": "conv2d", "filters": 2, "kernel": 3, "kernel_size": 3}])",
        {"field 'kernel_size'", "twice"}},
       {R"([{"type": "maxpool2d", "pool": [2, 3]}])", {"layer 0 (maxpool2d)", "field 'pool'"}},
-      {R"([{"type": "flatten"}, {"type": "dense", "units": 3, "activation": "softmax"}])",
-       {"layer 1 (dense)", "field 'activation'", "logits"}},
+      {R"([{"type": "flatten"}, {"type": "dense", "units": 3, "activation": "softmax"}, {"type": "dense"}])",
+       {"layer 1 (dense)", "field 'activation'", "logits", "last layer"}},
+      {R"([{"type": "dense", "units": 3, "activation": "log_softmax"}])",
+       {"layer 0 (dense)", "field 'activation'", "logits"}},
       {R"([{"type": "dense", "units": 3, "activation": "gelu"}])",
        {"field 'activation'", "linear, relu, tanh, sigmoid"}},
       {R"([{"type": "dense", "units": 3, "kernel_initializer": "he_normal"}])",
@@ -380,8 +384,10 @@ TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
       {R"([3])", {"layer 0", "object"}},
       {R"([{"class_name": "Dense", "config": {"units": 2}, "inbound_nodes": []}])",
        {"layer 0", "field 'inbound_nodes'"}},
+      {R"({"class_name": "Subclassed", "config": {"layers": []}})",
+       {"field 'class_name'", "Sequential or Functional"}},
       {R"({"class_name": "Functional", "config": {"layers": []}})",
-       {"field 'class_name'", "Sequential"}},
+       {"field 'config.input_layers'", "one input"}},
       {R"({"class_name": "Sequential", "config": {"layers": [{"type": "flatten"}], "optimizer": "adam"}})",
        {"field 'config.optimizer'"}},
       {R"({"layers": [{"type": "flatten"}], "loss": "mse"})", {"field 'loss'", "layers"}},

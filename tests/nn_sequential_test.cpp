@@ -272,7 +272,8 @@ TEST(Models, SpecRoundTripAndFactory) {
   EXPECT_EQ(words.input_shape(), (Shape{9}));
   EXPECT_EQ(make_model("cnn").parameter_count(), 3274634);
   EXPECT_EQ(make_model("gru-rows").output_shape(), (Shape{10}));
-  EXPECT_THROW(make_model("resnet"), InvalidArgument);
+  EXPECT_EQ(make_model("resnet").parameter_count(), 174970);  // the graph models too
+  EXPECT_THROW(make_model("vgg16"), InvalidArgument);
   EXPECT_THROW(make_model("gru-words"), InvalidArgument);                      // needs a vocabulary
   EXPECT_THROW(make_model(ModelSpec::builtin("gru-words")), InvalidArgument);  // not bound
   EXPECT_THROW(ModelSpec::from_json({{"name", "gru-words"}}), InvalidArgument);

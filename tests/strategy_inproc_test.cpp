@@ -29,7 +29,8 @@ std::vector<data::Batch> batches_for(MirroredStrategy& s, const data::Batch& g, 
 }
 
 struct TrainRun {
-  double max_error = 0;  // against the one-replica reference
+  double max_error = 0;         // against the one-replica reference
+  double max_buffer_error = 0;  // of the non-trained buffers (BatchNorm moving statistics)
   std::vector<StepResult> results;
 };
 
@@ -56,6 +57,7 @@ TrainRun train_against_reference(MirroredStrategy& s, ModelKind kind, int steps,
     }
   }
   run.max_error = max_relative_difference(s.model(0), reference);
+  run.max_buffer_error = max_buffer_difference(s.model(0), reference);
   return run;
 }
 
@@ -95,6 +97,42 @@ TEST(StrategyInproc, InProcessReplicasMatchOneBigBatch) {
       EXPECT_EQ(run.results[0].overlapped_buckets, run.results[0].buckets);
     }
   }
+}
+
+TEST(StrategyInproc, SyncBatchNormReplicasMatchOneBigBatch) {
+  // cpu:2 and cpu:3 in-process replicas, the last one short of real samples.
+  for (int replicas : {2, 3}) {
+    SCOPED_TRACE(std::to_string(replicas) + " replicas");
+    MirroredStrategy s(cpu_devices(0, replicas), factory(ModelKind::kResBn), adam,
+                       options_with({1, 1}));
+    const TrainRun run = train_against_reference(s, ModelKind::kResBn, 4, 3, 2, 0.01, false);
+    EXPECT_LE(run.max_error, 1e-5);
+    // The moving statistics are those of the global batch, and they moved from 0 and 1.
+    EXPECT_LE(run.max_buffer_error, 1e-5);
+    nn::Sequential initial = small_model(ModelKind::kResBn, Device::cpu(9), 100);
+    EXPECT_GT(max_buffer_difference(s.model(0), initial), 1e-3);
+  }
+}
+
+TEST(StrategyInproc, UnsyncedBatchNormStatisticsAreAveragedBeforeChecksAndEvaluation) {
+  StrategyOptions o = options_with();
+  o.divergence_check_every = 0;
+  MirroredStrategy s(
+      cpu_devices(0, 2), [](Device d) { return small_resnet(d, 100, false); }, adam, o);
+  const data::Batch g = global_batch(ModelKind::kResBn, 0, 6, 6);
+  auto batches = batches_for(s, g, 3);
+  s.train_step(batches, 0.01);
+  // Each replica normalised its own shard: the moving statistics differ...
+  const auto m0 = s.model(0).buffers()[0]->value.to_vector<float>();
+  const auto m1 = s.model(1).buffers()[0]->value.to_vector<float>();
+  ASSERT_NE(m0, m1);
+  EXPECT_NE(s.weights_fingerprint(0), s.weights_fingerprint(1));  // the fingerprint sees them
+  // ...until the check averages them: then every replica holds the mean.
+  s.check_replicas_identical();
+  const auto avg = s.model(0).buffers()[0]->value.to_vector<float>();
+  EXPECT_EQ(avg, s.model(1).buffers()[0]->value.to_vector<float>());
+  for (std::size_t i = 0; i < avg.size(); ++i) EXPECT_NEAR(avg[i], (m0[i] + m1[i]) / 2, 1e-6);
+  EXPECT_EQ(s.weights_fingerprint(0), s.weights_fingerprint(1));
 }
 
 TEST(StrategyInproc, WithoutOverlapEveryBucketWaitsForBackward) {

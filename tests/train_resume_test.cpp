@@ -3,7 +3,8 @@
 // checkpoint is an error listing each file (--resume-or-start starts fresh); a checkpoint must
 // be complete and well-typed for this run; a changed seed/optimizer/lr/global batch needs
 // --allow-config-change; a fresh run refuses a folder holding another run's checkpoints; and
-// --keep 0 keeps every checkpoint. docs/checkpoint.md, "Resuming".
+// --keep 0 keeps every checkpoint; BatchNormalization's moving statistics are saved under their
+// layer names and restored bit-exactly. docs/checkpoint.md, "Resuming".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <limits>
 
 #include "mirror/distributed/runtime.h"
+#include "mirror/nn/cnn_layers.h"
 #include "mirror/train/checkpoint.h"
 #include "temp_dir.h"
 #include "train_task_testing.h"
@@ -115,6 +117,61 @@ TEST_F(Resume, EpochsResumeWithTheSameCommandIsBitwise) {
   const train::FitSummary resumed = fit(resuming(ck()));
   EXPECT_EQ(resumed.steps, 6);
   EXPECT_EQ(resumed.weights_fingerprint, whole.weights_fingerprint);
+}
+
+/// Dense(8) -> BatchNormalization -> relu -> Dense(3): a model with non-trained buffers.
+train::Task batchnorm_task() {
+  train::Task t = blob_task();
+  t.model = [](Device d) {
+    nn::Sequential m;
+    m.emplace<nn::Dense>(8);
+    m.emplace<nn::BatchNormalization>(0.9);
+    m.emplace<nn::ActivationLayer>(ops::Activation::kRelu);
+    m.emplace<nn::Dense>(3);
+    m.build({Blobs::kFeatures}, 5, DType::kFloat32, d);
+    return m;
+  };
+  t.model_description = "blob mlp with batchnorm";
+  return t;
+}
+
+TEST_F(Resume, BatchNormMovingStatisticsAreCheckpointedAndRestoredBitwise) {
+  train::TrainConfig c = base_;
+  c.epochs = 1;
+  const train::FitSummary whole = train::Trainer(runtime(), c, batchnorm_task()).fit();
+  const auto file = train::read_safetensors(train::CheckpointManager(ck(), 0).path_for(4));
+  ASSERT_TRUE(file.tensors.count("batch_normalization_1/moving_mean"));
+  ASSERT_TRUE(file.tensors.count("batch_normalization_1/moving_variance"));
+  const auto mean = file.tensors.at("batch_normalization_1/moving_mean").to_vector<float>();
+  EXPECT_NE(mean, std::vector<float>(mean.size(), 0.0f)) << "the statistics moved";
+
+  remove_checkpoints_after(ck(), 4);
+  const train::FitSummary resumed = train::Trainer(
+                                        runtime(),
+                                        [&] {
+                                          train::TrainConfig r = resuming(ck());
+                                          r.epochs = 1;
+                                          return r;
+                                        }(),
+                                        batchnorm_task())
+                                        .fit();
+  EXPECT_EQ(resumed.steps, 4);
+  // The fingerprint covers the buffers: a resume that lost them would differ.
+  EXPECT_EQ(resumed.weights_fingerprint, whole.weights_fingerprint);
+
+  const fs::path lacking = mutated(4, [](train::SafetensorsFile& f) {
+    f.tensors.erase("batch_normalization_1/moving_variance");
+  });
+  train::TrainConfig r = resuming(lacking);
+  r.epochs = 1;
+  try {
+    train::Trainer(runtime(), r, batchnorm_task()).fit();
+    ADD_FAILURE() << "a checkpoint without the moving variance was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_normalization_1/moving_variance"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(Resume, NoValidCheckpointIsAnErrorListingEachFile) {

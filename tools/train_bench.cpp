@@ -40,8 +40,12 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 void check_train_bench_options(const TrainBenchOptions& o) {
-  MIRROR_CHECK(o.model == "cnn" || o.model == "gru-rows" || o.model == "gru", InvalidArgument,
-               "--model must be cnn or gru-rows (gru: the same model), got '" + o.model + "'");
+  MIRROR_CHECK(o.model == "cnn" || o.model == "gru-rows" || o.model == "gru" ||
+                   o.model == "resnet" || o.model == "inception" || o.model == "cnn-stride2",
+               InvalidArgument,
+               "--model must be cnn, cnn-stride2, resnet, inception or gru-rows (gru: the same "
+               "model), got '" +
+                   o.model + "'");
   MIRROR_CHECK(!o.replicas.empty(), InvalidArgument, "--replicas needs at least one count");
   for (int r : o.replicas) {
     MIRROR_CHECK(r >= 1 && r <= 1024, InvalidArgument,
@@ -166,10 +170,8 @@ std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBe
   so.overlap = o.overlap;
   so.divergence_check_every = 0;  // checked once at the end, outside the timing
   so.seed = 1;
-  const bool cnn = o.model == "cnn";
-  ModelFactory model = [cnn](Device d) {
-    return cnn ? nn::make_cnn(DType::kFloat32, d, 7) : nn::make_row_gru(DType::kFloat32, d, 7);
-  };
+  const std::string name = o.model == "gru" ? "gru-rows" : o.model;
+  ModelFactory model = [name](Device d) { return nn::make_model(name, DType::kFloat32, d, 7); };
   OptimizerFactory adam = [] { return std::make_unique<optim::Adam>(); };
   const std::vector<Device> devices = {device};
   if (o.independent) return std::make_unique<MirroredStrategy>(devices, model, adam, so);
@@ -179,8 +181,9 @@ std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBe
 std::vector<data::Batch> make_pool(const TrainBenchOptions& o, int rank, int world) {
   const std::int64_t per = o.batch_per_replica;
   const std::int64_t size = std::max<std::int64_t>(per * world * kDistinctBatches, 1024);
-  const std::shared_ptr<data::Dataset> ds =
-      o.model == "cnn" ? data::Synthetic::images(size, 11) : data::Synthetic::rows(size, 11);
+  const std::shared_ptr<data::Dataset> ds = o.model == "gru-rows" || o.model == "gru"
+                                                ? data::Synthetic::rows(size, 11)
+                                                : data::Synthetic::images(size, 11);
   std::vector<data::Batch> pool;
   for (int k = 0; k < kDistinctBatches; ++k) pool.push_back(make_batch(*ds, rank, world, per, k));
   return pool;

@@ -91,6 +91,58 @@ Tensor cast(const Tensor& a, DType to);
 /// True when every element is finite.
 bool all_finite(const Tensor& a);
 
+// ---------------------------------------------------------------- normalisation, pooling, merging
+/// Note [Channel view]: the normalisation ops see a tensor as [outer, channels, inner] (row
+/// major): BatchNorm on NCHW is [N, C, H*W] (or [N, C, 1] for [N, C]); LayerNorm's per-row
+/// statistics are [1, rows, features] and its per-feature scale [rows, features, 1].
+struct ChannelView {
+  std::int64_t outer = 1, channels = 1, inner = 1;
+  std::int64_t numel() const { return outer * channels * inner; }
+};
+/// Per channel c, in double precision and a fixed order (deterministic on every backend):
+/// result[c] = sum of a[o, c, i] and result[C + c] = sum of a[o, c, i] * b[o, c, i] (pass b = a
+/// for sums of squares). Returned on the host: 2 * channels values.
+std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const ChannelView& v);
+/// Per-channel host coefficients of channel_affine, one value per channel; an empty vector is
+/// all zeros (ka is required). The centres ca/cb are subtracted before scaling, as
+/// (x - mean) * invstd, so values far from zero keep their relative precision.
+struct ChannelAffine {
+  std::vector<double> ka{}, ca{}, kb{}, cb{}, k0{};
+};
+/// out[o, c, i] = ka[c] (a[o, c, i] - ca[c]) + kb[c] (b[o, c, i] - cb[c]) + k0[c], computed in
+/// the tensors' dtype in that order; a new tensor shaped like a. `b` may be undefined when kb is
+/// empty.
+Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
+                      const ChannelView& v);
+
+/// Average pooling, NCHW. Padded positions are left out of each window's count (TensorFlow's
+/// "same" average pooling, cuDNN's COUNT_EXCLUDE_PADDING).
+Tensor avgpool2d_forward(const Tensor& x, const Pool2DGeometry& g);
+Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2DGeometry& g);
+
+/// A strided copy of a 4-D block of elements: for every index (i0, i1, i2, i3) < dims,
+/// dst[dst_offset + sum ik * dst_strides[k]] = src[src_offset + sum ik * src_strides[k]].
+/// dst and src must have the same dtype and device; every addressed element must lie inside
+/// its tensor (checked). Concatenation, splitting, zero padding and cropping are built on it.
+struct BlockCopy {
+  std::int64_t dims[4] = {1, 1, 1, 1};
+  std::int64_t dst_strides[4] = {0, 0, 0, 0}, src_strides[4] = {0, 0, 0, 0};
+  std::int64_t dst_offset = 0, src_offset = 0;
+};
+void copy_block(Tensor& dst, const Tensor& src, const BlockCopy& b);
+/// Concatenation along dimension 1 (channels of NCHW, features of [N, F]); the other
+/// dimensions must agree. split_channels is its inverse: pieces of `sizes` channels each.
+Tensor concat_channels(const std::vector<Tensor>& xs);
+std::vector<Tensor> split_channels(const Tensor& y, const std::vector<std::int64_t>& sizes);
+/// Zero padding of NCHW rows/columns (top, bottom, left, right); crop2d is its inverse.
+Tensor zero_pad2d(const Tensor& x, int top, int bottom, int left, int right);
+Tensor crop2d(const Tensor& y, int top, int bottom, int left, int right);
+
+/// GELU, the exact (erf) form (Keras's default approximate=False; PyTorch's default):
+/// y = x * Phi(x). Its gradient needs the INPUT x (unlike activation_backward).
+Tensor gelu_forward(const Tensor& x);
+Tensor gelu_backward(const Tensor& x, const Tensor& dy);
+
 // ---------------------------------------------------------------- embedding
 /// ids int32 [N, T] in [0, V); table [V, D] -> [N, T, D]. Index 0 is padding: its row is
 /// returned as stored (kept zero) and receives no gradient.

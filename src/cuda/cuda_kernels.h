@@ -51,6 +51,17 @@ class CudaKernels final : public KernelSet {
   Tensor cast(const Tensor& a, DType to) override;
   bool all_finite(const Tensor& a) override;
 
+  std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
+                                   const ops::ChannelView& v) override;
+  Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
+                        const ops::ChannelView& v) override;
+  Tensor avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) override;
+  Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape,
+                            const ops::Pool2DGeometry& g) override;
+  void copy_block(Tensor& dst, const Tensor& src, const ops::BlockCopy& b) override;
+  Tensor gelu_forward(const Tensor& x) override;
+  Tensor gelu_backward(const Tensor& x, const Tensor& dy) override;
+
   Tensor embedding_forward(const Tensor& ids, const Tensor& table) override;
   void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) override;
 

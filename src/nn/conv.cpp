@@ -15,13 +15,15 @@ void require_image(const Layer& layer, const Shape& input_shape) {
 
 // ---------------------------------------------------------------- Conv2D
 
-Conv2D::Conv2D(int filters, int kernel_h, int kernel_w, int stride, Padding padding, Activation act)
+Conv2D::Conv2D(int filters, int kernel_h, int kernel_w, int stride, Padding padding, Activation act,
+               bool use_bias)
     : filters_(filters),
       kernel_h_(kernel_h),
       kernel_w_(kernel_w),
       stride_(stride),
       padding_(padding),
-      act_(act) {
+      act_(act),
+      use_bias_(use_bias) {
   MIRROR_CHECK(filters > 0 && kernel_h > 0 && kernel_w > 0 && stride > 0, InvalidArgument,
                "Conv2D: filters, kernel size and stride must be positive, got filters " +
                    std::to_string(filters) + ", kernel " + std::to_string(kernel_h) + "x" +
@@ -47,7 +49,9 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
       detail::make_parameter(*this, "kernel",
                              init::glorot_uniform({filters_, c, kernel_h_, kernel_w_}, c * area,
                                                   filters_ * area, dtype, device, rng));
-  bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
+  if (use_bias_) {
+    bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
+  }
   return {filters_, oh, ow};
 }
 
@@ -70,12 +74,20 @@ Tensor Conv2D::backward(const Tensor& dy) {
   return ops::conv2d_backward_data(g, kernel_.value, x_.shape(), geometry_);
 }
 
+std::vector<Parameter*> Conv2D::parameters() {
+  if (!use_bias_) return {&kernel_};
+  return {&kernel_, &bias_};
+}
+
 nlohmann::json Conv2D::config() const {
-  return {{"filters", filters_},
-          {"kernel_size", {kernel_h_, kernel_w_}},
-          {"strides", stride_},
-          {"padding", padding_name(padding_)},
-          {"activation", activation_name(act_)}};
+  nlohmann::json j = {{"filters", filters_},
+                      {"kernel_size", {kernel_h_, kernel_w_}},
+                      {"strides", stride_},
+                      {"padding", padding_name(padding_)},
+                      {"activation", activation_name(act_)}};
+  // Written only when false, so the fingerprint of existing models is unchanged.
+  if (!use_bias_) j["use_bias"] = false;
+  return j;
 }
 
 // ---------------------------------------------------------------- MaxPool2D

@@ -146,6 +146,12 @@ Tensor Flatten::backward(const Tensor& dy) {
 
 ActivationLayer::ActivationLayer(Activation act) : act_(act) {}
 
+std::unique_ptr<ActivationLayer> ActivationLayer::gelu() {
+  auto layer = std::make_unique<ActivationLayer>(Activation::kIdentity);
+  layer->gelu_ = true;
+  return layer;
+}
+
 Shape ActivationLayer::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
   input_shape_ = input_shape;
   dtype_ = dtype;
@@ -154,6 +160,10 @@ Shape ActivationLayer::build(const Shape& input_shape, DType dtype, Device, Init
 
 Tensor ActivationLayer::forward(const Tensor& x, ForwardContext&) {
   detail::check_input(*this, x, input_shape_, dtype_);
+  if (gelu_) {
+    y_ = x;
+    return ops::gelu_forward(x);
+  }
   y_ = act_ == Activation::kIdentity ? x : ops::activation_forward(act_, x);
   return y_;
 }
@@ -161,10 +171,13 @@ Tensor ActivationLayer::forward(const Tensor& x, ForwardContext&) {
 Tensor ActivationLayer::backward(const Tensor& dy) {
   require_forward(*this, y_);
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
+  if (gelu_) return ops::gelu_backward(y_, dy);
   return act_ == Activation::kIdentity ? dy : ops::activation_backward(act_, y_, dy);
 }
 
-nlohmann::json ActivationLayer::config() const { return {{"activation", activation_name(act_)}}; }
+nlohmann::json ActivationLayer::config() const {
+  return {{"activation", gelu_ ? "gelu" : activation_name(act_)}};
+}
 
 // ---------------------------------------------------------------- Dropout
 

@@ -201,7 +201,10 @@ std::string activation_field(Fields& f, const std::string& name, const std::stri
   if (v == nullptr) return fallback;
   if (!v->is_string()) f.fail(field, "expected an activation name, got " + v->dump());
   const std::string a = lower(v->get<std::string>());
-  if (a == "softmax" || a == "log_softmax") {
+  // Note [Folded softmax]: a softmax on the model's last layer is folded into the
+  // softmax-cross-entropy loss (ModelSpecParser::fold_softmax checks where it is).
+  if (a == "softmax") return "softmax";
+  if (a == "log_softmax") {
     f.fail(field, "'" + a +
                       "' is not a layer activation in Mirror: its losses take logits "
                       "(softmax-cross-entropy applies the softmax), so use \"linear\" here");
@@ -242,8 +245,8 @@ void no_regularizers(Fields& f, const std::vector<std::string>& names) {
 
 /// The fields of a layer with one kernel and one bias (Conv2D, Dense) that Mirror takes only at
 /// their defaults: a bias, Glorot-uniform kernel, zero bias, no regularizers or constraints.
-void kernel_and_bias_defaults(Fields& f, const std::string& layer) {
-  f.require_bool("use_bias", true, "Mirror's " + layer + " always has a bias");
+void kernel_and_bias_defaults(Fields& f, const std::string& layer, bool bias_optional = false) {
+  if (!bias_optional) f.require_bool("use_bias", true, "Mirror's " + layer + " always has a bias");
   f.initializer("kernel_initializer", "GlorotUniform");
   f.initializer("bias_initializer", "Zeros");
   no_regularizers(f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
@@ -260,6 +263,8 @@ struct ModelSpecParser {
   Shape stated;  // the input shape the spec states (-1: open), as written
   std::string stated_where;
   std::string data_format;  // of the image layers: "" (none yet), channels_first, channels_last
+  std::vector<std::string> input_names;  // of InputLayers (a graph's model input)
+  std::string output_name;               // a Keras functional model's output layer
 
   std::string where(std::size_t index, const std::string& type) const {
     return source + ": layer " + std::to_string(index) + " (" + type + ")";
@@ -316,15 +321,18 @@ struct ModelSpecParser {
     if (f.integer("groups", "", 1, 1) != 1) f.fail("groups", "only 1 is supported");
     const std::string padding = padding_field(f);
     const std::string act = activation_field(f, "activation", "linear");
-    kernel_and_bias_defaults(f, "Conv2D");
+    const bool use_bias = f.boolean("use_bias", "", true);
+    kernel_and_bias_defaults(f, "Conv2D", true);
     image_format(f, keras);
     f.finish({"batch_input_shape", "input_shape"});
-    return {{{"type", "conv2d"},
-             {"filters", filters},
-             {"kernel", {kernel[0], kernel[1]}},
-             {"strides", {stride, stride}},
-             {"padding", padding},
-             {"activation", act}}};
+    json j = {{"type", "conv2d"},
+              {"filters", filters},
+              {"kernel", {kernel[0], kernel[1]}},
+              {"strides", {stride, stride}},
+              {"padding", padding},
+              {"activation", act}};
+    if (!use_bias) j["use_bias"] = false;  // written only when false: older specs stay as they were
+    return {j};
   }
 
   std::vector<json> maxpool2d(Fields& f, bool keras) {
@@ -577,7 +585,14 @@ struct ModelSpecParser {
 
   std::vector<json> activation(Fields& f, bool) {
     std::string field;
-    if (!f.take("activation", "", &field)) f.fail("activation", "required");
+    const json* given = f.take("activation", "", &field);
+    if (!given) f.fail("activation", "required");
+    // GELU is an Activation layer only (its gradient needs the layer's input).
+    if (given->is_string() && lower(given->get<std::string>()) == "gelu") {
+      f.require_bool("approximate", false, "Mirror's GELU is the exact (erf) form");
+      f.finish({"batch_input_shape", "input_shape"});
+      return {{{"type", "activation"}, {"activation", "gelu"}}};
+    }
     const std::string act = activation_field(f, "activation", "linear");
     f.finish({"batch_input_shape", "input_shape"});
     return {{{"type", "activation"}, {"activation", act}}};
@@ -589,6 +604,133 @@ struct ModelSpecParser {
     if (f.number("threshold", "", 0.0) != 0.0) f.fail("threshold", "only 0 is supported");
     f.finish({"batch_input_shape", "input_shape"});
     return {{{"type", "activation"}, {"activation", "relu"}}};
+  }
+
+  // ---- the layers of residual and branching models (cnn_layers.h)
+
+  /// Keras's axis -1 (channels_last) is Mirror's channel axis; NCHW users may write 1 with
+  /// channels_first. Nothing else is supported.
+  void channel_axis(Fields& f) {
+    std::string field;
+    const json* v = f.take("axis", "", &field);
+    if (v == nullptr) return;
+    json a = *v;
+    if (a.is_array() && a.size() == 1) a = a[0];
+    const bool ok = a == -1 || (a == 1 && data_format == "channels_first");
+    if (!ok) f.fail(field, "only the channel axis (-1) is supported, got " + v->dump());
+  }
+
+  std::vector<json> batch_normalization(Fields& f, bool sync_class) {
+    channel_axis(f);
+    const double momentum = f.number("momentum", "", 0.99);
+    const double epsilon = f.number("epsilon", "", 1e-3);
+    if (!(momentum >= 0 && momentum < 1)) f.fail("momentum", "expected a number in [0, 1)");
+    if (!(epsilon > 0)) f.fail("epsilon", "expected a positive number");
+    const bool center = f.boolean("center", "", true);
+    const bool scale = f.boolean("scale", "", true);
+    const bool sync = f.boolean("synchronized", "", false) || sync_class;
+    f.initializer("beta_initializer", "Zeros");
+    f.initializer("gamma_initializer", "Ones");
+    f.initializer("moving_mean_initializer", "Zeros");
+    f.initializer("moving_variance_initializer", "Ones");
+    f.require_bool("renorm", false, "Mirror has no batch renormalization");
+    f.require_null("virtual_batch_size", "Mirror normalises over the whole batch");
+    f.require_null("adjustment", "Mirror has no adjustment function");
+    no_regularizers(
+        f, {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+    f.finish({"batch_input_shape", "input_shape", "fused", "renorm_clipping", "renorm_momentum"});
+    return {{{"type", "batch_normalization"},
+             {"momentum", momentum},
+             {"epsilon", epsilon},
+             {"center", center},
+             {"scale", scale},
+             {"synchronized", sync}}};
+  }
+  std::vector<json> sync_batch_normalization(Fields& f, bool) {
+    return batch_normalization(f, true);
+  }
+  std::vector<json> plain_batch_normalization(Fields& f, bool) {
+    return batch_normalization(f, false);
+  }
+
+  std::vector<json> layer_normalization(Fields& f, bool) {
+    channel_axis(f);
+    const double epsilon = f.number("epsilon", "", 1e-3);
+    if (!(epsilon > 0)) f.fail("epsilon", "expected a positive number");
+    const bool center = f.boolean("center", "", true);
+    const bool scale = f.boolean("scale", "", true);
+    f.require_bool("rms_scaling", false, "Mirror's LayerNormalization centres and scales");
+    f.initializer("beta_initializer", "Zeros");
+    f.initializer("gamma_initializer", "Ones");
+    no_regularizers(
+        f, {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "layer_normalization"},
+             {"epsilon", epsilon},
+             {"center", center},
+             {"scale", scale}}};
+  }
+
+  std::vector<json> add(Fields& f, bool) {
+    f.finish();
+    return {{{"type", "add"}}};
+  }
+
+  std::vector<json> concatenate(Fields& f, bool) {
+    channel_axis(f);
+    f.finish();
+    return {{{"type", "concatenate"}}};
+  }
+
+  std::vector<json> global_average_pooling2d(Fields& f, bool keras) {
+    image_format(f, keras);
+    f.require_bool("keepdims", false, "the output is [N, C]");
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "global_average_pooling2d"}}};
+  }
+
+  std::vector<json> average_pooling2d(Fields& f, bool keras) {
+    const auto pool = square(f, "pool", f.pair("pool", "pool_size", 2));
+    const auto stride = square(f, "strides", f.pair("strides", "stride", pool));
+    const std::string padding = padding_field(f);
+    image_format(f, keras);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "average_pooling2d"},
+             {"pool", {pool, pool}},
+             {"strides", {stride, stride}},
+             {"padding", padding}}};
+  }
+
+  /// padding: n, [rows, columns] or [[top, bottom], [left, right]] (Keras's three forms).
+  std::vector<json> zero_padding2d(Fields& f, bool keras) {
+    std::string field;
+    const json* v = f.take("padding", "", &field);
+    std::array<std::int64_t, 4> p = {1, 1, 1, 1};
+    if (v != nullptr) {
+      auto nonneg = [](const json& x) {
+        return x.is_number_integer() && x.get<std::int64_t>() >= 0;
+      };
+      const json& j = *v;
+      if (nonneg(j)) {
+        p.fill(j.get<std::int64_t>());
+      } else if (j.is_array() && j.size() == 2 && nonneg(j[0]) && nonneg(j[1])) {
+        p = {j[0].get<std::int64_t>(), j[0].get<std::int64_t>(), j[1].get<std::int64_t>(),
+             j[1].get<std::int64_t>()};
+      } else if (j.is_array() && j.size() == 2 && j[0].is_array() && j[1].is_array() &&
+                 j[0].size() == 2 && j[1].size() == 2 && nonneg(j[0][0]) && nonneg(j[0][1]) &&
+                 nonneg(j[1][0]) && nonneg(j[1][1])) {
+        p = {j[0][0].get<std::int64_t>(), j[0][1].get<std::int64_t>(), j[1][0].get<std::int64_t>(),
+             j[1][1].get<std::int64_t>()};
+      } else {
+        f.fail(field,
+               "expected n, [rows, columns] or [[top, bottom], [left, right]] of "
+               "non-negative integers, got " +
+                   j.dump());
+      }
+    }
+    image_format(f, keras);
+    f.finish({"batch_input_shape", "input_shape"});
+    return {{{"type", "zero_padding2d"}, {"padding", {{p[0], p[1]}, {p[2], p[3]}}}}};
   }
 
   /// InputLayer / {"type": "input"}: states the input shape, builds nothing.
@@ -619,7 +761,8 @@ struct ModelSpecParser {
       // {"class_name": "Conv2D", "config": {...}, "module": ..., ...}
       for (const auto& item : entry.items()) {
         static const std::set<std::string> outer = {"class_name",      "config",       "module",
-                                                    "registered_name", "build_config", "name"};
+                                                    "registered_name", "build_config", "name",
+                                                    "inbound_nodes"};
         if (!outer.count(item.key())) {
           throw InvalidArgument(where(index, entry["class_name"].dump()) + ", field '" +
                                 item.key() +
@@ -648,6 +791,32 @@ struct ModelSpecParser {
       throw InvalidArgument(where(index, type) + ", field 'config': expected an object, got " +
                             config.dump());
     }
+    // The layer's place in a model graph (Note [Spec graph]): Mirror's "name" and "inputs", or
+    // Keras's name and inbound_nodes.
+    json graph_name, graph_inputs;
+    if (keras) {
+      if (entry.contains("name"))
+        graph_name = entry["name"];
+      else if (config.contains("name"))
+        graph_name = config["name"];
+      if (entry.contains("inbound_nodes")) {
+        graph_inputs = detail::keras_inbound_names(entry["inbound_nodes"], where(index, type));
+        const std::string t = lower(type);
+        if (graph_inputs.empty() && t != "inputlayer") {
+          throw InvalidArgument(where(index, type) +
+                                ", field 'inbound_nodes': empty, so the layer reads no tensor; "
+                                "only an InputLayer has no inbound node");
+        }
+        if (graph_inputs.empty()) graph_inputs = json();
+      }
+    } else {
+      if (config.contains("name")) graph_name = config["name"];
+      if (config.contains("inputs")) {
+        graph_inputs = config["inputs"];
+        config.erase("inputs");
+      }
+    }
+    const std::size_t first_new = spec.layers_.size();
     Fields f(where(index, type), config);
     const std::string t = lower(type);
     using Handler = std::vector<json> (ModelSpecParser::*)(Fields&, bool);
@@ -672,9 +841,21 @@ struct ModelSpecParser {
          &ModelSpecParser::global_avgpool1d},
         {{"activation"}, &ModelSpecParser::activation},
         {{"relu"}, &ModelSpecParser::relu},
+        {{"batch_normalization", "batchnormalization"},
+         &ModelSpecParser::plain_batch_normalization},
+        {{"syncbatchnormalization"}, &ModelSpecParser::sync_batch_normalization},
+        {{"layer_normalization", "layernormalization"}, &ModelSpecParser::layer_normalization},
+        {{"add"}, &ModelSpecParser::add},
+        {{"concatenate"}, &ModelSpecParser::concatenate},
+        {{"global_average_pooling2d", "globalaveragepooling2d"},
+         &ModelSpecParser::global_average_pooling2d},
+        {{"average_pooling2d", "averagepooling2d", "avgpool2d"},
+         &ModelSpecParser::average_pooling2d},
+        {{"zero_padding2d", "zeropadding2d"}, &ModelSpecParser::zero_padding2d},
     };
     if (t == "input" || t == "inputlayer") {
       input(f, index);
+      input_names.push_back(graph_name.is_string() ? graph_name.get<std::string>() : "input");
       return;
     }
     for (const auto& [names, handler] : table) {
@@ -691,6 +872,7 @@ struct ModelSpecParser {
         spec.layers_.push_back(std::move(j));
         spec.origin_.push_back(index);
       }
+      place_in_graph(first_new, graph_name, graph_inputs);
       return;
     }
     throw InvalidArgument(where(index, type) +
@@ -702,12 +884,68 @@ struct ModelSpecParser {
                           "activation, relu (ReLU), input (InputLayer)");
   }
 
+  /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
+  /// model's last layer (Keras classifiers end so), from a dense (whose activation becomes
+  /// linear) or an activation layer (dropped), and the spec remembers it (softmax_folded): the
+  /// trainer then requires the softmax-cross-entropy loss, which applies it.
+  void fold_softmax() {
+    const std::size_t n = spec.layers_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      json& l = spec.layers_[i];
+      if (!l.contains("activation") || l["activation"] != "softmax") continue;
+      const std::string type = l["type"].get<std::string>();
+      const std::string at = where(spec.origin_[i], type) + ", field 'activation': ";
+      if (i + 1 != n || (type != "dense" && type != "activation")) {
+        throw InvalidArgument(at +
+                              "softmax is accepted only on the model's last layer, a dense or an "
+                              "activation layer, where Mirror folds it into the "
+                              "softmax-cross-entropy loss (its losses take logits); use "
+                              "\"linear\" here");
+      }
+      spec.softmax_folded_ = true;
+      if (type == "dense") {
+        l["activation"] = "linear";
+        continue;
+      }
+      const bool follows = n >= 2 && (!l.contains("inputs") ||
+                                      l["inputs"] == json::array({spec.layers_[n - 2]["name"]}));
+      if (!follows) {
+        throw InvalidArgument(at +
+                              "a softmax layer is folded into the loss only when it reads "
+                              "the layer before it (the model's logits)");
+      }
+      spec.layers_.erase(n - 1);
+      spec.origin_.pop_back();
+    }
+  }
+
+  /// Names the layers one entry produced [first, end) and chains them: the first reads the
+  /// entry's inputs (when given), each further one the layer before it (Note [Spec graph]).
+  void place_in_graph(std::size_t first, const json& name, const json& inputs) {
+    const std::size_t end = spec.layers_.size();
+    for (std::size_t i = first; i < end; ++i) {
+      json& l = spec.layers_[i];
+      if (name.is_string()) {
+        l["name"] = i + 1 == end ? name.get<std::string>()
+                                 : name.get<std::string>() + "/" + l["type"].get<std::string>();
+      } else if (!name.is_null()) {
+        l["name"] = name;  // resolve_graph reports the bad type
+      }
+      if (i == first && !inputs.is_null()) l["inputs"] = inputs;
+      if (i > first && spec.layers_[first].contains("inputs") && l.contains("name")) {
+        l["inputs"] = json::array({spec.layers_[i - 1]["name"]});
+      }
+    }
+  }
+
   void layers(const json& list) {
     if (!list.is_array() || list.empty()) {
       throw InvalidArgument(source + ": expected a non-empty list of layers, got " + list.dump());
     }
     for (std::size_t i = 0; i < list.size(); ++i) layer(list[i], i);
     if (spec.layers_.empty()) throw InvalidArgument(source + ": the spec has no layers");
+    detail::resolve_graph(spec.layers_, spec.origin_, input_names, output_name, source);
+    fold_softmax();
     // Only the last Dense may leave its units to the data.
     std::ptrdiff_t last_dense = -1;
     for (std::size_t i = 0; i < spec.layers_.size(); ++i) {
@@ -736,10 +974,11 @@ struct ModelSpecParser {
                               join({outer.begin(), outer.end()}));
       }
     }
-    if (j["class_name"] != "Sequential") {
+    const bool functional = j["class_name"] == "Functional" || j["class_name"] == "Model";
+    if (j["class_name"] != "Sequential" && !functional) {
       throw InvalidArgument(source +
-                            ", field 'class_name': only Keras Sequential models are "
-                            "supported, got " +
+                            ", field 'class_name': expected a Keras Sequential or Functional "
+                            "model, got " +
                             j["class_name"].dump());
     }
     const json config = j.value("config", json::object());
@@ -748,14 +987,17 @@ struct ModelSpecParser {
                             config.dump());
     }
     for (const auto& item : config.items()) {
-      static const std::set<std::string> known = {"name", "layers", "trainable", "dtype",
-                                                  "build_input_shape"};
+      static const std::set<std::string> known = {
+          "name",         "layers",       "trainable", "dtype", "build_input_shape",
+          "input_layers", "output_layers"};
       if (!known.count(item.key())) {
         throw InvalidArgument(source + ", field 'config." + item.key() +
                               "': unknown field; "
-                              "known: build_input_shape, layers, name, trainable, dtype");
+                              "known: build_input_shape, layers, name, trainable, dtype, "
+                              "input_layers, output_layers");
       }
     }
+    if (functional) functional_io(config);
     if (config.contains("name") && config["name"].is_string()) {
       spec.name_ = config["name"].get<std::string>();
     }
@@ -768,13 +1010,33 @@ struct ModelSpecParser {
     }
   }
 
+  /// A functional model's input_layers / output_layers: one of each ([name, 0, 0], or a list
+  /// of one such; Keras 3 writes the single input unwrapped).
+  void functional_io(const json& config) {
+    auto one = [&](const char* key) -> std::string {
+      json v = config.value(key, json());
+      if (v.is_array() && v.size() == 1 && v[0].is_array()) v = v[0];
+      if (!v.is_array() || v.empty() || !v[0].is_string()) {
+        throw InvalidArgument(source + ", field 'config." + key +
+                              "': expected one [layer_name, 0, 0] (Mirror models have one input "
+                              "and one output), got " +
+                              v.dump());
+      }
+      return v[0].get<std::string>();
+    };
+    one("input_layers");
+    output_name = one("output_layers");
+  }
+
   /// {"name": ..., "input_shape": [...], "layers": [...]} (Mirror; to_json() writes this).
   void mirror_model(const json& j) {
     for (const auto& item : j.items()) {
-      static const std::set<std::string> known = {"name", "description", "input_shape", "layers"};
+      static const std::set<std::string> known = {"name", "description", "input_shape", "layers",
+                                                  "softmax_folded"};
       if (!known.count(item.key())) {
         throw InvalidArgument(source + ", field '" + item.key() +
-                              "': unknown field; known: name, description, input_shape, layers");
+                              "': unknown field; known: name, description, input_shape, layers, "
+                              "softmax_folded");
       }
     }
     if (j.contains("name")) {
@@ -791,6 +1053,13 @@ struct ModelSpecParser {
       state_input(j["input_shape"], false, "input_shape", [&](const std::string& m) {
         throw InvalidArgument(source + ", field 'input_shape': " + m);
       });
+    }
+    if (j.contains("softmax_folded")) {
+      if (!j["softmax_folded"].is_boolean()) {
+        throw InvalidArgument(source + ", field 'softmax_folded': expected true or false, got " +
+                              j["softmax_folded"].dump());
+      }
+      spec.softmax_folded_ = j["softmax_folded"].get<bool>();
     }
     layers(j["layers"]);
   }
@@ -897,6 +1166,14 @@ ModelSpec ModelSpec::builtin(const std::string& name) {
                         join(builtin_names()) + ", or a spec file (docs/model-spec.md)");
 }
 
+ModelSpec ModelSpec::with_synchronized_batchnorm() const {
+  ModelSpec out = *this;
+  for (json& l : out.layers_) {
+    if (l["type"] == "batch_normalization") l["synchronized"] = true;
+  }
+  return out;
+}
+
 json ModelSpec::to_json() const {
   json j = {{"name", name_}};
   if (!input_shape_.empty()) {
@@ -905,6 +1182,7 @@ json ModelSpec::to_json() const {
     j["input_shape"] = shape;
   }
   j["layers"] = layers_;
+  if (softmax_folded_) j["softmax_folded"] = true;  // Note [Folded softmax]
   return j;
 }
 

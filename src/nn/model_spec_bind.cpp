@@ -1,5 +1,7 @@
 // ModelSpec::bind: fills what the data decides, checks what the spec states, and walks the
 // layer shapes so a mismatch is reported with the layer's index before anything is built.
+#include <map>
+
 #include "mirror/nn/models.h"
 #include "mirror/ops.h"
 
@@ -20,6 +22,33 @@ struct Walk {
     if (s.size() != rank) fail("expects " + what + ", got " + shape_str(s) + hint);
   }
 };
+
+/// The output shape of a merge layer ("add", "concatenate") of a graph, or a failure naming both
+/// inputs and both shapes.
+Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& inputs,
+                  const std::vector<Shape>& shapes) {
+  Shape out = shapes[0];
+  if (type == "concatenate" && out.size() != 1 && out.size() != 3) {
+    w.fail("joins images [C, H, W] or features [F] along the channel axis, got input '" +
+           inputs[0].get<std::string>() + "' " + shape_str(out));
+  }
+  for (std::size_t i = 1; i < shapes.size(); ++i) {
+    bool ok = shapes[i].size() == out.size() && !out.empty();
+    for (std::size_t d = type == "add" ? 0 : 1; ok && d < out.size(); ++d) {
+      ok = shapes[i][d] == shapes[0][d];
+    }
+    if (!ok) {
+      w.fail(std::string(type == "add" ? "inputs must have one shape"
+                                       : "inputs must agree in every dimension but the channel "
+                                         "axis") +
+             ", but input '" + inputs[0].get<std::string>() + "' is " + shape_str(shapes[0]) +
+             " and input '" + inputs[i].get<std::string>() + "' is " + shape_str(shapes[i]) +
+             " (per sample, NCHW)");
+    }
+    if (type == "concatenate") out[0] += shapes[i][0];
+  }
+  return out;
+}
 
 std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t stride, bool same) {
   if (same) return (in + stride - 1) / stride;  // TensorFlow: ceil(in / stride)
@@ -73,11 +102,29 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       break;
     }
   }
+  std::map<std::string, Shape> shapes = {{"input", s}};  // a graph's outputs by name
   for (std::size_t i = 0; i < out.layers_.size(); ++i) {
     json& l = out.layers_[i];
     const std::string type = l["type"].get<std::string>();
     const std::size_t index = i < origin_.size() ? origin_[i] : i;
     const Walk w{model + ": layer " + std::to_string(index) + " (" + type + ")"};
+    const bool merge = type == "add" || type == "concatenate";
+    if (l.contains("inputs")) {
+      std::vector<Shape> ins;
+      for (const json& name : l["inputs"]) ins.push_back(shapes.at(name.get<std::string>()));
+      if (merge != (ins.size() > 1)) {
+        w.fail(merge ? "a merge layer needs two or more inputs, got one"
+                     : "takes one input, got " + std::to_string(ins.size()) +
+                           " (use add or concatenate to merge)");
+      }
+      s = merge ? merge_shape(w, type, l["inputs"], ins) : ins[0];
+      shapes[l["name"].get<std::string>()] = s;
+      if (merge) continue;
+    } else if (merge) {
+      w.fail(
+          "merges two or more inputs: give the layers names and this layer \"inputs\" "
+          "(docs/model-spec.md)");
+    }
     if (ids && type != "masking" && type != "embedding") {
       w.fail("the input is int32 token ids " + shape_str(s) +
              ", which only masking and embedding take: start the model with an embedding");
@@ -106,11 +153,27 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       }
       s = {s[0], l["output_dim"].get<std::int64_t>()};
       ids = false;
-    } else if (type == "conv2d" || type == "maxpool2d") {
+    } else if (type == "batch_normalization") {
+      if (s.empty() || s.size() > 3)
+        w.fail("expects [C, H, W], [F] or [T, F], got " + shape_str(s));
+    } else if (type == "layer_normalization") {
+      if (s.size() != 1 && s.size() != 2) {
+        w.fail("normalises the last axis of features [F] or sequences [T, F], got " + shape_str(s) +
+               "; for images use batch_normalization");
+      }
+    } else if (type == "global_average_pooling2d") {
+      w.expect_rank(s, 3, "an image [C, H, W] (NCHW)", "");
+      s = {s[0]};
+    } else if (type == "zero_padding2d") {
+      w.expect_rank(s, 3, "an image [C, H, W] (NCHW)", "");
+      const json& p = l["padding"];
+      s = {s[0], s[1] + p[0][0].get<std::int64_t>() + p[0][1].get<std::int64_t>(),
+           s[2] + p[1][0].get<std::int64_t>() + p[1][1].get<std::int64_t>()};
+    } else if (type == "conv2d" || type == "maxpool2d" || type == "average_pooling2d") {
       w.expect_rank(s, 3, "an image [C, H, W] (NCHW)",
                     s.size() == 2 ? " (a [H, W] sample needs a channel axis: [1, H, W])" : "");
       const bool conv = type == "conv2d";
-      const auto k = l[conv ? "kernel" : "pool"];
+      const auto k = l[conv ? "kernel" : "pool"];  // maxpool2d, average_pooling2d: "pool"
       const std::int64_t stride = l["strides"][0].get<std::int64_t>();
       const bool same = l["padding"] == "same";
       const std::int64_t oh = conv_out(s[1], k[0].get<std::int64_t>(), stride, same);
@@ -163,6 +226,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       w.expect_rank(s, 2, "sequences [T, C]", "");
       s = {s[1]};
     }
+    if (l.contains("name")) shapes[l["name"].get<std::string>()] = s;
     // dropout, activation: the shape passes through.
   }
   if (ids) {

@@ -14,4 +14,17 @@ namespace mirror::nn::detail {
 /// (cmake/EmbedModelSpecs.cmake).
 const std::vector<std::pair<std::string, std::string>>& embedded_model_specs();
 
+/// The producing layers' names of a Keras layer's "inbound_nodes" (Keras 3 keras_history or
+/// Keras 2 lists); empty for an InputLayer. `where` prefixes errors.
+nlohmann::json keras_inbound_names(const nlohmann::json& inbound_nodes, const std::string& where);
+/// Note [Spec graph]: a spec is a graph when any layer has "inputs" (names of layers or of the
+/// model input). Then every layer gets a "name" (default "layer_<index>") and "inputs" (default:
+/// the layer listed before it), names are checked (unique, no dangling reference), the layers
+/// are sorted topologically (stable; a cycle is an error naming its layers), every layer but
+/// the last must be read, and the model input is renamed "input". Without "inputs" anywhere,
+/// the spec is a plain stack and "name" fields are dropped. `origin` is permuted alike.
+void resolve_graph(nlohmann::json& layers, std::vector<std::size_t>& origin,
+                   const std::vector<std::string>& input_names, const std::string& output_name,
+                   const std::string& source);
+
 }  // namespace mirror::nn::detail

@@ -1,7 +1,11 @@
 // make_model (a bound ModelSpec -> Sequential) and the reference models as built-in specs.
 #include "mirror/nn/models.h"
 
+#include <algorithm>
+#include <map>
+
 #include "mirror/nn/bidirectional.h"
+#include "mirror/nn/cnn_layers.h"
 #include "mirror/nn/conv1d.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/recurrent.h"
@@ -16,14 +20,43 @@ int as_int(const json& j) { return static_cast<int>(j.get<std::int64_t>()); }
 
 Padding as_padding(const json& j) { return j == "same" ? Padding::kSame : Padding::kValid; }
 
+/// The layers of residual and branching models (cnn_layers.h); null for other types.
+std::unique_ptr<Layer> make_graph_layer(const json& l) {
+  const std::string type = l["type"].get<std::string>();
+  if (type == "batch_normalization") {
+    return std::make_unique<BatchNormalization>(
+        l["momentum"].get<double>(), l["epsilon"].get<double>(), l["center"].get<bool>(),
+        l["scale"].get<bool>(), l["synchronized"].get<bool>());
+  }
+  if (type == "layer_normalization") {
+    return std::make_unique<LayerNormalization>(l["epsilon"].get<double>(), l["center"].get<bool>(),
+                                                l["scale"].get<bool>());
+  }
+  if (type == "add") return std::make_unique<Add>();
+  if (type == "concatenate") return std::make_unique<Concatenate>();
+  if (type == "global_average_pooling2d") return std::make_unique<GlobalAveragePooling2D>();
+  if (type == "average_pooling2d") {
+    return std::make_unique<AveragePooling2D>(as_int(l["pool"][0]), as_int(l["strides"][0]),
+                                              as_padding(l["padding"]));
+  }
+  if (type == "zero_padding2d") {
+    const json& p = l["padding"];
+    return std::make_unique<ZeroPadding2D>(as_int(p[0][0]), as_int(p[0][1]), as_int(p[1][0]),
+                                           as_int(p[1][1]));
+  }
+  return nullptr;
+}
+
 /// One canonical layer (already validated by the parser and bind) as a Layer.
 std::unique_ptr<Layer> make_layer(const json& l) {
   const std::string type = l["type"].get<std::string>();
   if (type == "conv2d") {
     return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
                                     as_int(l["kernel"][1]), as_int(l["strides"][0]),
-                                    as_padding(l["padding"]), parse_activation(l["activation"]));
+                                    as_padding(l["padding"]), parse_activation(l["activation"]),
+                                    l.value("use_bias", true));
   }
+  if (auto layer = make_graph_layer(l)) return layer;
   if (type == "maxpool2d") {
     return std::make_unique<MaxPool2D>(as_int(l["pool"][0]), as_int(l["strides"][0]),
                                        as_padding(l["padding"]));
@@ -63,6 +96,7 @@ std::unique_ptr<Layer> make_layer(const json& l) {
   }
   if (type == "global_maxpool1d") return std::make_unique<GlobalPool1D>(ops::Pool1D::kMax);
   if (type == "global_avgpool1d") return std::make_unique<GlobalPool1D>(ops::Pool1D::kAverage);
+  if (type == "activation" && l["activation"] == "gelu") return ActivationLayer::gelu();
   if (type == "activation")
     return std::make_unique<ActivationLayer>(parse_activation(l["activation"]));
   throw InvalidArgument("make_model: unknown canonical layer " + l.dump());
@@ -70,7 +104,7 @@ std::unique_ptr<Layer> make_layer(const json& l) {
 
 DataShape image_data(const std::string& name, int num_classes) {
   DataShape d;
-  d.sample_shape = name == "cnn" ? Shape{1, 28, 28} : Shape{28, 28};
+  d.sample_shape = name == "gru-rows" ? Shape{28, 28} : Shape{1, 28, 28};
   d.outputs = num_classes;
   return d;
 }
@@ -82,16 +116,30 @@ Sequential make_model(const ModelSpec& bound, DType dtype, Device device, std::u
                "make_model: model '" + bound.name() +
                    "' is not bound to data; call spec.bind(DataShape{...}) first");
   Sequential m;
-  for (const json& l : bound.layers()) m.add(make_layer(l));
+  // A graph spec names each layer's inputs (already sorted and checked, Note [Spec graph]).
+  std::map<std::string, int> index = {{"input", Sequential::kModelInput}};
+  for (const json& l : bound.layers()) {
+    if (!l.contains("inputs")) {
+      m.add(make_layer(l));
+      continue;
+    }
+    std::vector<int> inputs;
+    for (const json& name : l["inputs"]) inputs.push_back(index.at(name.get<std::string>()));
+    m.add(make_layer(l), std::move(inputs));
+    index[l["name"].get<std::string>()] = static_cast<int>(m.layers().size()) - 1;
+  }
   m.build(bound.input_shape(), seed, dtype, device);
   return m;
 }
 
 Sequential make_model(const std::string& name, DType dtype, Device device, std::uint64_t seed) {
-  MIRROR_CHECK(name == "cnn" || name == "gru-rows", InvalidArgument,
+  const auto names = ModelSpec::builtin_names();
+  MIRROR_CHECK(name != "gru-words" && std::find(names.begin(), names.end(), name) != names.end(),
+               InvalidArgument,
                "make_model(\"" + name +
-                   "\"): this shorthand builds cnn or gru-rows for 28x28 "
-                   "images; use make_model(ModelSpec::builtin(name).bind(DataShape{...}))");
+                   "\"): this shorthand builds the built-in image models (cnn, cnn-stride2, "
+                   "resnet, inception, gru-rows) for 28x28 images; use "
+                   "make_model(ModelSpec::builtin(name).bind(DataShape{...}))");
   return make_model(ModelSpec::builtin(name).bind(image_data(name, 10)), dtype, device, seed);
 }
 

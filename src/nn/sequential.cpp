@@ -1,4 +1,5 @@
-// Sequential: naming, build, forward/backward with the gradient-ready hook, summary, config.
+// Sequential: naming, build, forward/backward over the layer graph with the gradient-ready hook,
+// summary, config; MergeLayer's single-input entry points.
 #include "mirror/nn/sequential.h"
 
 #include <cstdio>
@@ -8,14 +9,56 @@
 
 namespace mirror::nn {
 
+// ---------------------------------------------------------------- MergeLayer
+
+Shape MergeLayer::build(const Shape&, DType, Device, InitRng&) {
+  throw InvalidArgument(kind() +
+                        " merges two or more inputs: add it to a model with its inputs "
+                        "(Sequential::add(layer, {a, b}) or \"inputs\" in a spec)");
+}
+Tensor MergeLayer::forward(const Tensor&, ForwardContext&) {
+  throw InvalidArgument(name() + " (" + kind() + "): forward takes its inputs as a list");
+}
+Tensor MergeLayer::backward(const Tensor&) {
+  throw InvalidArgument(name() + " (" + kind() + "): backward returns one gradient per input");
+}
+
+// ---------------------------------------------------------------- Sequential
+
 Sequential& Sequential::add(std::unique_ptr<Layer> layer) {
+  const int previous = static_cast<int>(layers_.size()) - 1;
+  return add(std::move(layer), {previous < 0 ? kModelInput : previous});
+}
+
+Sequential& Sequential::add(std::unique_ptr<Layer> layer, std::vector<int> inputs) {
   MIRROR_CHECK(layer != nullptr, InvalidArgument, "Sequential::add: null layer");
   MIRROR_CHECK(!built_, InvalidArgument,
                "Sequential::add(" + layer->kind() +
                    "): the model is already built; add every "
                    "layer before build()");
+  const bool merge = dynamic_cast<MergeLayer*>(layer.get()) != nullptr;
+  const std::string what =
+      "Sequential::add(" + layer->kind() + ", layer " + std::to_string(layers_.size()) + ")";
+  MIRROR_CHECK(merge ? inputs.size() >= 2 : inputs.size() == 1, InvalidArgument,
+               what + ": expected " + (merge ? "two or more inputs" : "exactly one input") +
+                   ", got " + std::to_string(inputs.size()));
+  for (int in : inputs) {
+    MIRROR_CHECK(in >= kModelInput && in < static_cast<int>(layers_.size()), InvalidArgument,
+                 what + ": input " + std::to_string(in) +
+                     " is not an earlier layer (expected -1 for the model input or an index in "
+                     "[0, " +
+                     std::to_string(layers_.size()) + "))");
+  }
   layers_.push_back(std::move(layer));
+  inputs_.push_back(std::move(inputs));
   return *this;
+}
+
+bool Sequential::is_chain() const {
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    if (inputs_[i] != std::vector<int>{static_cast<int>(i) - 1}) return false;
+  }
+  return true;
 }
 
 void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype, Device device) {
@@ -32,15 +75,37 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
   }
   // One generator for the whole model, consumed in layer order: same seed -> same weights.
   InitRng rng(seed);
-  Shape shape = input_shape;
   output_shapes_.clear();
-  for (auto& layer : layers_) {
-    shape = layer->build(shape, dtype, device, rng);
-    output_shapes_.push_back(shape);
+  const int n = static_cast<int>(layers_.size());
+  last_reader_.assign(layers_.size(), -1);
+  for (int i = 0; i < n; ++i) {
+    Layer& layer = *layers_[static_cast<std::size_t>(i)];
+    std::vector<Shape> shapes;
+    std::vector<std::string> names;
+    bool reads_layer = false;
+    for (int in : inputs_[static_cast<std::size_t>(i)]) {
+      shapes.push_back(in == kModelInput ? input_shape
+                                         : output_shapes_[static_cast<std::size_t>(in)]);
+      names.push_back(in == kModelInput ? std::string("input")
+                                        : layers_[static_cast<std::size_t>(in)]->name());
+      if (in != kModelInput) last_reader_[static_cast<std::size_t>(in)] = i;
+      reads_layer = reads_layer || in != kModelInput;
+    }
+    auto* merge = dynamic_cast<MergeLayer*>(&layer);
+    output_shapes_.push_back(merge ? merge->build_inputs(shapes, names, dtype, device)
+                                   : layer.build(shapes[0], dtype, device, rng));
+    // Nothing consumes the gradient of the data.
+    if (!reads_layer) layer.set_input_grad_needed(false);
   }
-  layers_.front()->set_input_grad_needed(false);
+  for (int i = 0; i + 1 < n; ++i) {
+    MIRROR_CHECK(last_reader_[static_cast<std::size_t>(i)] >= 0, InvalidArgument,
+                 "Sequential::build: the output of " +
+                     layers_[static_cast<std::size_t>(i)]->name() + " (layer " + std::to_string(i) +
+                     ") is read by no layer; only the last layer is the model's output, so "
+                     "connect it or remove it");
+  }
   input_shape_ = input_shape;
-  output_shape_ = shape;
+  output_shape_ = output_shapes_.back();
   dtype_ = dtype;
   device_ = device;
   built_ = true;
@@ -48,16 +113,54 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
 
 Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
   MIRROR_CHECK(built_, InvalidArgument, "Sequential::forward before build(input_shape, seed)");
-  Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h, ctx);
-  return h;
+  const std::size_t n = layers_.size();
+  outputs_.assign(n, Tensor{});
+  std::vector<Tensor> xs;
+  for (std::size_t i = 0; i < n; ++i) {
+    xs.clear();
+    for (int in : inputs_[i]) {
+      xs.push_back(in == kModelInput ? x : outputs_[static_cast<std::size_t>(in)]);
+    }
+    auto* merge = dynamic_cast<MergeLayer*>(layers_[i].get());
+    outputs_[i] = merge ? merge->forward_inputs(xs, ctx) : layers_[i]->forward(xs[0], ctx);
+    // An output no later layer reads is dropped now (the layers keep what backward needs).
+    for (int in : inputs_[i]) {
+      if (in != kModelInput && last_reader_[static_cast<std::size_t>(in)] == static_cast<int>(i)) {
+        outputs_[static_cast<std::size_t>(in)] = Tensor{};
+      }
+    }
+  }
+  Tensor y = std::move(outputs_.back());
+  outputs_.back() = Tensor{};
+  return y;
+}
+
+void Sequential::accumulate_grad(int index, const Tensor& g) {
+  if (index == kModelInput || !g.defined()) return;
+  const auto i = static_cast<std::size_t>(index);
+  if (!grads_[i].defined()) {
+    grads_[i] = g;  // may be shared with another gradient (Add passes dy on): not owned
+    grad_owned_[i] = false;
+    return;
+  }
+  if (!grad_owned_[i]) {
+    grads_[i] = grads_[i].clone();
+    grad_owned_[i] = true;
+  }
+  ops::axpy(1.0, g, grads_[i]);
 }
 
 void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) {
   MIRROR_CHECK(built_, InvalidArgument, "Sequential::backward before build");
-  Tensor dy = dlogits;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
+  const std::size_t n = layers_.size();
+  grads_.assign(n, Tensor{});
+  grad_owned_.assign(n, false);
+  grads_[n - 1] = dlogits;
+  for (std::size_t i = n; i-- > 0;) {
     Layer& layer = *layers_[i];
+    // Every reader of layer i comes later, so its gradient is complete here.
+    const Tensor dy = std::move(grads_[i]);
+    grads_[i] = Tensor{};
     if (!dy.defined()) {
       // A layer below a non-differentiable input (ids into Embedding) has nothing to learn.
       MIRROR_CHECK(layer.parameters().empty(), Error,
@@ -66,7 +169,12 @@ void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) 
                        "it does not propagate one");
       continue;
     }
-    dy = layer.backward(dy);
+    if (auto* merge = dynamic_cast<MergeLayer*>(&layer)) {
+      const std::vector<Tensor> dxs = merge->backward_inputs(dy);
+      for (std::size_t k = 0; k < inputs_[i].size(); ++k) accumulate_grad(inputs_[i][k], dxs[k]);
+    } else {
+      accumulate_grad(inputs_[i][0], layer.backward(dy));
+    }
     // Note [Gradient-ready hook]: once a layer's backward returns, no later (lower) layer
     // touches its gradients, so a bucket holding them may start its all-reduce now.
     if (on_ready) {
@@ -80,6 +188,14 @@ std::vector<Parameter*> Sequential::parameters() {
   std::vector<Parameter*> all;
   for (auto& layer : layers_) {
     for (Parameter* p : layer->parameters()) all.push_back(p);
+  }
+  return all;
+}
+
+std::vector<Buffer*> Sequential::buffers() {
+  std::vector<Buffer*> all;
+  for (auto& layer : layers_) {
+    for (Buffer* b : layer->buffers()) all.push_back(b);
   }
   return all;
 }
@@ -99,6 +215,15 @@ nlohmann::json Sequential::config() const {
   for (const auto& layer : layers_) {
     layers.push_back(
         {{"kind", layer->kind()}, {"name", layer->name()}, {"config", layer->config()}});
+  }
+  if (!is_chain()) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      nlohmann::json in = nlohmann::json::array();
+      for (int k : inputs_[i])
+        in.push_back(k == kModelInput ? std::string("input")
+                                      : layers_[static_cast<std::size_t>(k)]->name());
+      layers[i]["inputs"] = in;
+    }
   }
   return {{"input_shape", input_shape_}, {"dtype", dtype_name(dtype_)}, {"layers", layers}};
 }

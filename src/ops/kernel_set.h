@@ -48,6 +48,18 @@ class KernelSet {
   virtual Tensor cast(const Tensor& a, DType to) = 0;
   virtual bool all_finite(const Tensor& a) = 0;
 
+  virtual std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
+                                           const ops::ChannelView& v) = 0;
+  /// Every vector of `k` has `channels` values here (dispatch fills empty ones with zeros).
+  virtual Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
+                                const ops::ChannelView& v) = 0;
+  virtual Tensor avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) = 0;
+  virtual Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape,
+                                    const ops::Pool2DGeometry& g) = 0;
+  virtual void copy_block(Tensor& dst, const Tensor& src, const ops::BlockCopy& b) = 0;
+  virtual Tensor gelu_forward(const Tensor& x) = 0;
+  virtual Tensor gelu_backward(const Tensor& x, const Tensor& dy) = 0;
+
   virtual Tensor embedding_forward(const Tensor& ids, const Tensor& table) = 0;
   virtual void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable) = 0;
 

@@ -9,6 +9,7 @@
 #include "mirror/error.h"
 #include "mirror/json_input.h"
 #include "mirror/memory.h"
+#include "mirror/nn/models.h"
 #include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
 
@@ -113,7 +114,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
-  X(max_skipped_steps)
+  X(max_skipped_steps) X(sync_batchnorm)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -192,9 +193,12 @@ void TrainConfig::validate() const {
   auto require = [](bool ok, const std::string& message) {
     MIRROR_CHECK(ok, InvalidArgument, message);
   };
-  require(!model_spec.empty() || model == "cnn" || model == "gru-rows" || model == "gru-words",
-          "--model must be cnn, gru-rows or gru-words (or give --model-spec FILE), got '" + model +
-              "'");
+  const auto builtins = nn::ModelSpec::builtin_names();
+  std::string names;
+  for (const auto& n : builtins) names += (names.empty() ? "" : ", ") + n;
+  require(
+      !model_spec.empty() || std::find(builtins.begin(), builtins.end(), model) != builtins.end(),
+      "--model must be one of " + names + " (or give --model-spec FILE), got '" + model + "'");
   require(loss == "auto" || loss == "softmax-cross-entropy" || loss == "cross-entropy" ||
               loss == "binary-cross-entropy" || loss == "bce" || loss == "mse" ||
               loss == "mean-squared-error",

@@ -143,8 +143,18 @@ nn::DataShape data_shape(const data::Dataset& d) {
 
 /// The spec bound to the training data; a mismatch names the spec, the data and both values.
 nn::ModelSpec bind_to_data(const TrainConfig& c, const data::Dataset& train) {
-  const nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
-                                                  : nn::ModelSpec::from_file(c.model_spec);
+  nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
+                                            : nn::ModelSpec::from_file(c.model_spec);
+  if (c.sync_batchnorm) spec = spec.with_synchronized_batchnorm();
+  const bool cross_entropy = c.loss == "auto"
+                                 ? train.target_kind() == data::TargetKind::kClass
+                                 : dist::parse_loss(c.loss) == dist::LossKind::kSoftmaxCrossEntropy;
+  MIRROR_CHECK(!spec.softmax_folded() || cross_entropy, InvalidArgument,
+               "the model spec ends in a softmax, which Mirror folds into the "
+               "softmax-cross-entropy loss, but this run's loss is " +
+                   c.loss + (c.loss == "auto" ? " (float targets: mse)" : "") +
+                   "; use class labels with --loss softmax-cross-entropy, or end the model with "
+                   "a linear layer");
   try {
     return spec.bind(data_shape(train));
   } catch (const InvalidArgument& e) {

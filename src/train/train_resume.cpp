@@ -107,6 +107,8 @@ Layout expected_layout(nn::Sequential& model, const optim::Optimizer& opt, bool 
         l.optional.insert(name);
     }
   }
+  // Non-trained state (BatchNorm moving statistics) under its layer's name.
+  for (nn::Buffer* b : model.buffers()) l.required[b->name] = &b->value;
   return l;
 }
 
@@ -190,6 +192,7 @@ void load_tensors(dist::MirroredStrategy& strategy, const NamedTensors& tensors,
   }
   for (int r = 0; r < strategy.local_replicas(); ++r) {
     for (nn::Parameter* p : strategy.model(r).parameters()) p->value.copy_from(tensors.at(p->name));
+    for (nn::Buffer* b : strategy.model(r).buffers()) b->value.copy_from(tensors.at(b->name));
     if (with_optimizer) strategy.optimizer(r).load_state(opt_state);
   }
 }
@@ -212,8 +215,11 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
 
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   if (config.checkpoint_dir.empty()) return;
+  // Collective (every rank comes here): replicas agree on the BatchNorm moving statistics first.
+  strategy->average_buffers();
   NamedTensors tensors;
   for (nn::Parameter* p : strategy->model(0).parameters()) tensors[p->name] = p->value;
+  for (nn::Buffer* b : strategy->model(0).buffers()) tensors[b->name] = b->value;
   for (auto& [name, t] : strategy->optimizer(0).state()) tensors[kOptimizerPrefix + name] = t;
   // Note [Failed runs] (trainer_fit.cpp): every rank checks its identical replica, so all stop
   // together, and the newest checkpoint on disk stays one that --resume accepts.

@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$bench" train --help >"$work/help.txt"
 grep -q -- "--batch-per-replica" "$work/help.txt" || fail "--help does not list --batch-per-replica"
 if "$bench" train --model lstm 2>"$work/bad.txt"; then fail "--model lstm was accepted"; fi
-grep -q "cnn or gru" "$work/bad.txt" || fail "bad --model message: $(cat "$work/bad.txt")"
+grep -q "resnet, inception or gru-rows" "$work/bad.txt" || fail "bad --model message: $(cat "$work/bad.txt")"
 
 for model in cnn gru-rows; do
   "$bench" train --model "$model" --replicas 1,2 --steps 2 --warmup 1 --rounds 1 \

@@ -112,7 +112,11 @@ expect_error() {  # expect_error PATTERN CMD...
 }
 expect_error "unrecognised option '--bogus'" "$train" --bogus
 expect_error "--epochs must be >= 1" "$train" "${common[@]}" --epochs 0
-expect_error "--model must be cnn, gru-rows or gru-words" "$train" --model lstm
+expect_error "--model must be one of cnn-stride2, cnn, gru-rows, gru-words, inception, resnet" "$train" --model lstm
+# A spec ending in softmax (as Keras classifiers do) is folded into the softmax-cross-entropy loss,
+# so any other loss is refused.
+echo '{"layers": [{"type": "flatten"}, {"type": "dense", "activation": "softmax"}]}' >"$work/sm.json"
+expect_error "ends in a softmax" "$train" --model-spec "$work/sm.json" --data synthetic --loss mse
 echo '{"epochs": 1, "bogus_key": 3}' >"$work/bad.json"
 expect_error "unknown config key 'bogus_key'" "$train" --config "$work/bad.json"
 echo '{"epochs": "many"}' >"$work/bad2.json"

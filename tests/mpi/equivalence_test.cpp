@@ -2,8 +2,9 @@
 // the weights of one replica with batch R*b after K Adam steps (relative error <= 1e-5), across
 // ranks, across in-process replicas and both; with tiny, default and huge buckets; with an uneven
 // last batch; for a CNN with dropout, a GRU and a stacked bidirectional GRU + LSTM over
-// variable-length sequences; with gradient accumulation. Every replica's weights are bitwise
-// equal after every step.
+// variable-length sequences; with gradient accumulation; for a residual CNN with synchronized
+// BatchNormalization (whose moving statistics must match the reference too). Every replica's
+// weights are bitwise equal after every step.
 #include <gtest/gtest.h>
 
 #include "mirror/distributed/runtime.h"
@@ -79,6 +80,7 @@ void run_one(const Case& c) {
   for (int i = 0; i < s.local_replicas(); ++i) {
     const double err = max_relative_difference(s.model(i), reference);
     EXPECT_LE(err, 1e-5) << "local replica " << i;
+    EXPECT_LE(max_buffer_difference(s.model(i), reference), 1e-5) << "local replica " << i;
   }
   // The weights moved (the comparison is not trivially between initial weights).
   nn::Sequential initial = small_model(c.model, Device::cpu(7), 100);
@@ -122,6 +124,13 @@ TEST(Equivalence, StackedBidirectionalMixedLengthsAcrossRanks) {
 TEST(Equivalence, StackedBidirectionalTwoInProcessReplicasTinyBucketsUneven) {
   run_case(
       {.model = ModelKind::kStackedBidirectional, .local = 2, .caps = kTinyCaps, .padding = 1});
+}
+
+TEST(Equivalence, SyncBatchNormResidualAcrossRanks) { run_case({.model = ModelKind::kResBn}); }
+
+TEST(Equivalence, SyncBatchNormTwoInProcessReplicasPerRankUneven) {
+  // The last replica holds one real sample and two padding ones: count-weighted statistics.
+  run_case({.model = ModelKind::kResBn, .local = 2, .caps = kTinyCaps, .padding = 2});
 }
 
 TEST(Equivalence, GradientAccumulationMatchesOneBigBatch) {

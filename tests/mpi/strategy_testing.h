@@ -18,6 +18,7 @@
 #include "mirror/distributed/runtime.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/nn/bidirectional.h"
+#include "mirror/nn/cnn_layers.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/recurrent.h"
 #include "mirror/nn/sequential.h"
@@ -26,7 +27,8 @@
 
 namespace mirror::testing {
 
-enum class ModelKind { kCnn, kGru, kStackedBidirectional };
+/// kResBn: a residual CNN whose BatchNormalizations are synchronized across replicas.
+enum class ModelKind { kCnn, kGru, kStackedBidirectional, kResBn };
 
 inline constexpr int kClasses = 5;
 inline constexpr int kImage = 8;   // CNN input [1, 8, 8]
@@ -71,8 +73,29 @@ inline nn::Sequential small_stacked_bidirectional(Device device, std::uint64_t s
   return m;
 }
 
+/// Conv(4, 3x3, no bias) -> sync BN -> relu -> Conv(4, 3x3, no bias) -> sync BN, plus the first
+/// relu's output -> relu -> GlobalAveragePooling -> Dense(5) over [1, 8, 8].
+inline nn::Sequential small_resnet(Device device, std::uint64_t seed, bool sync = true) {
+  using nn::Padding;
+  nn::Sequential m;
+  m.add(
+      std::make_unique<nn::Conv2D>(4, 3, 3, 1, Padding::kSame, ops::Activation::kIdentity, false));
+  m.add(std::make_unique<nn::BatchNormalization>(0.9, 1e-3, true, true, sync));
+  m.add(std::make_unique<nn::ActivationLayer>(ops::Activation::kRelu));  // 2
+  m.add(
+      std::make_unique<nn::Conv2D>(4, 3, 3, 1, Padding::kSame, ops::Activation::kIdentity, false));
+  m.add(std::make_unique<nn::BatchNormalization>(0.9, 1e-3, true, true, sync));
+  m.add(std::make_unique<nn::Add>(), {4, 2});
+  m.add(std::make_unique<nn::ActivationLayer>(ops::Activation::kRelu));
+  m.add(std::make_unique<nn::GlobalAveragePooling2D>());
+  m.add(std::make_unique<nn::Dense>(kClasses));
+  m.build({1, kImage, kImage}, seed, DType::kFloat32, device);
+  return m;
+}
+
 inline nn::Sequential small_model(ModelKind kind, Device device, std::uint64_t seed) {
   if (kind == ModelKind::kStackedBidirectional) return small_stacked_bidirectional(device, seed);
+  if (kind == ModelKind::kResBn) return small_resnet(device, seed);
   return kind == ModelKind::kCnn ? small_cnn(device, seed) : small_gru(device, seed);
 }
 
@@ -94,7 +117,7 @@ inline data::Batch global_batch(ModelKind kind, std::int64_t step, std::int64_t 
     labels[u] = is_real ? static_cast<std::int32_t>(rng() % kClasses) : 0;
     weights[u] = is_real ? 1.0f : 0.0f;
     ids[u] = is_real ? step * size + i : -1 - (i - real);
-    if (kind == ModelKind::kCnn) {
+    if (kind != ModelKind::kGru) {
       for (int j = 0; j < kImage * kImage; ++j) pixels.push_back(is_real ? value(rng) : 0.0f);
     } else {
       const int len = is_real ? 1 + static_cast<int>(rng() % kMaxLen) : 1;
@@ -105,7 +128,7 @@ inline data::Batch global_batch(ModelKind kind, std::int64_t step, std::int64_t 
       }
     }
   }
-  b.inputs = kind == ModelKind::kCnn ? Tensor::from_vector(pixels, {size, 1, kImage, kImage})
+  b.inputs = kind != ModelKind::kGru ? Tensor::from_vector(pixels, {size, 1, kImage, kImage})
                                      : Tensor::from_vector(tokens, {size, kMaxLen});
   b.labels = Tensor::from_vector(labels, {size});
   b.weights = Tensor::from_vector(weights, {size});
@@ -156,6 +179,7 @@ inline double reference_step(nn::Sequential& model, optim::Optimizer& opt, const
   ctx.seed = dist::step_seed(seed_base, g.step);
   ctx.sample_ids = b.sample_ids;
   ctx.lengths = b.lengths;
+  ctx.sample_weights = b.weights;  // as the strategy does: BatchNorm leaves padding out
   const Tensor logits = model.forward(b.inputs, ctx);
   auto loss =
       ops::softmax_cross_entropy(logits, b.labels, b.weights, static_cast<double>(g.global_count));
@@ -172,6 +196,24 @@ inline double max_relative_difference(nn::Sequential& a, nn::Sequential& b) {
   for (std::size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
     const auto x = pa[i]->value.to(Device::cpu()).to_vector<float>();
     const auto y = pb[i]->value.to(Device::cpu()).to_vector<float>();
+    double diff = 0, scale = 1e-30;
+    for (std::size_t j = 0; j < x.size(); ++j) {
+      diff = std::max(diff, static_cast<double>(std::fabs(x[j] - y[j])));
+      scale = std::max(scale, static_cast<double>(std::fabs(y[j])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+/// max |a - b| / max |b| over each buffer (BatchNorm moving statistics); the largest.
+inline double max_buffer_difference(nn::Sequential& a, nn::Sequential& b) {
+  const auto ba = a.buffers(), bb = b.buffers();
+  EXPECT_EQ(ba.size(), bb.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < ba.size() && i < bb.size(); ++i) {
+    const auto x = ba[i]->value.to(Device::cpu()).to_vector<float>();
+    const auto y = bb[i]->value.to(Device::cpu()).to_vector<float>();
     double diff = 0, scale = 1e-30;
     for (std::size_t j = 0; j < x.size(); ++j) {
       diff = std::max(diff, static_cast<double>(std::fabs(x[j] - y[j])));

@@ -152,8 +152,14 @@ class MirroredStrategy {
   StepResult evaluate_step(std::vector<data::Batch>& batches);
 
   /// All-gathers every replica's weights_fingerprint(); throws CommError naming the replicas
-  /// (and their ranks) that differ from replica 0. Collective.
+  /// (and their ranks) that differ from replica 0. Averages the buffers first (Note [Buffers
+  /// across replicas]). Collective.
   void check_replicas_identical();
+  /// Averages the non-trained buffers (unsynchronized BatchNorm moving statistics) across all
+  /// replicas so they are identical everywhere; a no-op when none can differ. evaluate_step and
+  /// check_replicas_identical call it; a trainer calls it before writing a checkpoint.
+  /// Collective.
+  void average_buffers();
 
   int local_replicas() const;
   int world_replicas() const { return world_replicas_; }
@@ -162,7 +168,7 @@ class MirroredStrategy {
   const std::vector<Device>& devices() const { return devices_; }
   nn::Sequential& model(int local_replica = 0);
   optim::Optimizer& optimizer(int local_replica = 0);
-  /// 64-bit hash of every weight's bytes, in parameter order.
+  /// 64-bit hash of every weight's bytes, in parameter order, then every buffer's.
   std::uint64_t weights_fingerprint(int local_replica = 0);
   const BucketPlan& plan() const { return plan_; }
   /// The text whose equality across ranks the constructor checked (one line per item).

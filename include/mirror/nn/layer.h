@@ -22,6 +22,23 @@ struct Parameter {
   Tensor grad;
 };
 
+/// A tensor that is part of the model's state but is not trained (BatchNormalization's moving
+/// statistics): saved in checkpoints and covered by the replica fingerprint, never given to the
+/// optimizer and never all-reduced as a gradient.
+struct Buffer {
+  std::string name;  // "batch_normalization_1/moving_mean": deterministic, like parameter names
+  Tensor value;
+};
+
+/// Sums per-channel statistics over every replica of the step (cross-replica BatchNorm). The
+/// strategy provides it; every replica calls it the same number of times in the same order
+/// (the model is the same everywhere), so the collectives match. `values` is summed in place.
+class ReplicaSum {
+ public:
+  virtual ~ReplicaSum() = default;
+  virtual void sum(std::vector<double>& values, const std::string& tag) = 0;
+};
+
 /// Per-step information a forward pass needs besides the input.
 struct ForwardContext {
   bool training = false;
@@ -32,6 +49,13 @@ struct ForwardContext {
   Tensor sample_ids;
   /// Valid length of each sequence (host); set by the batch or by a Masking layer, read by GRU.
   std::vector<std::int32_t> lengths;
+  /// float32 [N]: the batch's per-sample weights (1 real, 0 padding); undefined = all real.
+  /// Layers that mix samples (BatchNormalization) leave padding out of their statistics and
+  /// give it no input gradient, so a padded last batch stays exact.
+  Tensor sample_weights;
+  /// Cross-replica sums for synchronized BatchNorm; null in a single-replica run (a layer then
+  /// uses its own batch, which is the global one).
+  ReplicaSum* replica_sum = nullptr;
 };
 
 /// Random source for initialisation (host, double precision; cast to the model dtype).
@@ -49,6 +73,8 @@ class Layer {
   /// Gradient of the input; accumulates parameter gradients. Uses what forward saved.
   virtual Tensor backward(const Tensor& dy) = 0;
   virtual std::vector<Parameter*> parameters() { return {}; }
+  /// Non-trained state (moving statistics), in a fixed order.
+  virtual std::vector<Buffer*> buffers() { return {}; }
   /// Layer hyper-parameters (for summaries, checkpoints and the model fingerprint).
   virtual nlohmann::json config() const = 0;
 
@@ -63,6 +89,22 @@ class Layer {
  private:
   std::string name_;
   bool input_grad_needed_ = true;
+};
+
+/// A layer with two or more inputs (Add, Concatenate). The single-input entry points throw; a
+/// model graph calls the *_inputs ones with the inputs in the order the spec lists them.
+class MergeLayer : public Layer {
+ public:
+  /// `names` are the producing layers' names (for errors that name both sides of a mismatch).
+  virtual Shape build_inputs(const std::vector<Shape>& input_shapes,
+                             const std::vector<std::string>& names, DType dtype, Device device) = 0;
+  virtual Tensor forward_inputs(const std::vector<Tensor>& xs, ForwardContext& ctx) = 0;
+  /// One gradient per input (they may share storage with `dy` and with each other).
+  virtual std::vector<Tensor> backward_inputs(const Tensor& dy) = 0;
+
+  Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) final;
+  Tensor forward(const Tensor& x, ForwardContext& ctx) final;
+  Tensor backward(const Tensor& dy) final;
 };
 
 }  // namespace mirror::nn

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,19 +52,21 @@ class Dense : public Layer {
 /// Init: Glorot uniform with fan_in = C*kh*kw, fan_out = filters*kh*kw (Keras), zero bias.
 class Conv2D : public Layer {
  public:
+  /// use_bias false: no bias parameter (a convolution followed by BatchNormalization).
   Conv2D(int filters, int kernel_h, int kernel_w, int stride = 1, Padding padding = Padding::kValid,
-         Activation act = Activation::kIdentity);
+         Activation act = Activation::kIdentity, bool use_bias = true);
   std::string kind() const override { return "conv2d"; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
-  std::vector<Parameter*> parameters() override { return {&kernel_, &bias_}; }
+  std::vector<Parameter*> parameters() override;
   nlohmann::json config() const override;
 
  private:
   int filters_, kernel_h_, kernel_w_, stride_;
   Padding padding_;
   Activation act_;
+  bool use_bias_ = true;
   Shape input_shape_;  // [C, H, W]
   DType dtype_ = DType::kFloat32;
   ops::Conv2DGeometry geometry_;
@@ -106,10 +109,12 @@ class Flatten : public Layer {
   DType dtype_ = DType::kFloat32;
 };
 
-/// Element-wise activation, any input shape.
+/// Element-wise activation, any input shape. The GELU (erf form; a layer only, not a Dense or
+/// Conv2D activation) is made with ActivationLayer::gelu().
 class ActivationLayer : public Layer {
  public:
   explicit ActivationLayer(Activation act);
+  static std::unique_ptr<ActivationLayer> gelu();
   std::string kind() const override { return "activation"; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
@@ -118,9 +123,10 @@ class ActivationLayer : public Layer {
 
  private:
   Activation act_;
+  bool gelu_ = false;
   Shape input_shape_;
   DType dtype_ = DType::kFloat32;
-  Tensor y_;
+  Tensor y_;  // the output; the input for the GELU (whose gradient needs it)
 };
 
 /// Inverted dropout while training (identity otherwise). The mask is a pure function of

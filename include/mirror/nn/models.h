@@ -50,6 +50,13 @@ class ModelSpec {
   /// values), then checks every layer's input shape and that the model outputs [outputs].
   ModelSpec bind(const DataShape& data) const;
   bool bound() const { return bound_; }
+  /// The spec ended in a softmax, folded into the softmax-cross-entropy loss (Note [Folded
+  /// softmax] in src/nn/model_spec.cpp): the model outputs logits, and only that loss fits it.
+  bool softmax_folded() const { return softmax_folded_; }
+
+  /// A copy whose every batch_normalization is synchronized across replicas (mirror-train's
+  /// --sync-batchnorm, like PyTorch's convert_sync_batchnorm).
+  ModelSpec with_synchronized_batchnorm() const;
 
   /// The builtin name, the file's stem, or the "name" of the JSON.
   const std::string& name() const { return name_; }
@@ -64,6 +71,7 @@ class ModelSpec {
   nlohmann::json layers_ = nlohmann::json::array();
   Shape input_shape_;
   bool bound_ = false;
+  bool softmax_folded_ = false;
   std::vector<std::size_t> origin_;  // each layer's index in the parsed JSON (for messages)
 
   friend struct ModelSpecParser;

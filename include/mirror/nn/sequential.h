@@ -1,5 +1,7 @@
-// defines: Sequential, an ordered stack of layers with deterministic names and a gradient-ready
-// hook that lets the strategy start all-reducing a bucket while backward continues.
+// defines: Sequential, the model: layers in a fixed (topological) order with deterministic names,
+// each reading the model input or earlier layers' outputs (a chain by default, any DAG when
+// layers are added with their inputs), and a gradient-ready hook that lets the strategy start
+// all-reducing a bucket while backward continues.
 #pragma once
 
 #include <functional>
@@ -17,7 +19,18 @@ class Sequential {
   Sequential(Sequential&&) = default;
   Sequential& operator=(Sequential&&) = default;
 
+  /// Appends a layer reading the previous layer's output (the model input for the first).
   Sequential& add(std::unique_ptr<Layer> layer);
+  /// Note [Model graph]
+  /// Appends a layer reading `inputs`: indices of EARLIER layers, or kModelInput. Requiring
+  /// earlier layers makes every model a DAG in topological order by construction (cycles cannot
+  /// be expressed; a spec with names is sorted and checked by ModelSpec). A MergeLayer takes two
+  /// or more inputs, any other layer exactly one. The last layer is the model's output; build()
+  /// rejects a layer whose output nothing reads. Forward runs the layers in order, keeping each
+  /// output until its last reader has run; backward runs them in reverse and sums the gradients
+  /// of an output read by several layers before its producer's backward runs (Caffe's split).
+  Sequential& add(std::unique_ptr<Layer> layer, std::vector<int> inputs);
+  static constexpr int kModelInput = -1;
   template <class L, class... Args>
   Sequential& emplace(Args&&... args) {
     return add(std::make_unique<L>(std::forward<Args>(args)...));
@@ -39,6 +52,12 @@ class Sequential {
 
   /// All parameters in build order (layer order, then each layer's own order).
   std::vector<Parameter*> parameters();
+  /// All non-trained state (BatchNorm moving statistics), in layer order.
+  std::vector<Buffer*> buffers();
+  /// The inputs of layer i (indices of earlier layers or kModelInput).
+  const std::vector<int>& layer_inputs(std::size_t i) const { return inputs_.at(i); }
+  /// Whether every layer reads the one before it (the model is a plain stack).
+  bool is_chain() const;
   void zero_grad();
   std::int64_t parameter_count();
   const Shape& input_shape() const { return input_shape_; }
@@ -54,7 +73,14 @@ class Sequential {
   std::string summary();
 
  private:
+  void accumulate_grad(int index, const Tensor& g);
+
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::vector<int>> inputs_;  // per layer (Note [Model graph])
+  std::vector<int> last_reader_;          // per layer: the last layer reading its output
+  std::vector<Tensor> outputs_;           // per layer, during forward
+  std::vector<Tensor> grads_;             // per layer output, during backward
+  std::vector<bool> grad_owned_;          // grads_[i] is a private sum (may be added into)
   std::vector<Shape> output_shapes_;
   Shape input_shape_, output_shape_;
   DType dtype_ = DType::kFloat32;

@@ -26,6 +26,8 @@ struct TrainConfig {
   std::string model = "cnn";  // built-in spec: cnn | gru-rows | gru-words
   std::string model_spec;     // a model spec JSON file (replaces --model)
   std::string loss = "auto";  // auto (softmax CE for class labels, MSE for float targets) | ...
+  // --sync-batchnorm: every BatchNormalization synchronized across replicas
+  bool sync_batchnorm = false;
   // built-in data (when no data files are given)
   std::string data = "real";  // real | synthetic
   std::string data_dir;       // Fashion-MNIST IDX files (default: the Debian package's folder)

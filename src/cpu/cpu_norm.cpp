@@ -1,0 +1,201 @@
+// Normalisation, average pooling, strided block copies and GELU on the CPU, plain loops in
+// float32 and float64.
+//
+// Note [CPU normalisation loops]: oneDNN has batch and layer normalisation primitives, but they
+// compute statistics over the local tensor only; cross-replica BatchNorm needs the per-channel
+// sums themselves (to all-reduce them between the statistics and the normalisation), which is
+// PyTorch's SyncBatchNorm decomposition. So the CPU computes channel_sums (double accumulation,
+// one fixed order per channel: deterministic for any thread count) and channel_affine, and the
+// layers combine them. Average pooling also uses loops (its TF "exclude padding" count is one
+// line here, and pooling is memory-bound next to the convolutions around it).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cpu/cpu_kernels.h"
+#include "math/gelu.h"
+
+namespace mirror::cpu {
+
+std::vector<double> CpuKernels::channel_sums(const Tensor& a, const Tensor& b,
+                                             const ops::ChannelView& v) {
+  return with_float(a, "channel_sums", [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    std::vector<double> out(static_cast<std::size_t>(2 * v.channels), 0.0);
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+    for (std::int64_t c = 0; c < v.channels; ++c) {
+      double s1 = 0, s2 = 0;
+      for (std::int64_t o = 0; o < v.outer; ++o) {
+        const std::int64_t base = (o * v.channels + c) * v.inner;
+        // Vector lanes accumulate separately, then combine: a fixed order for a given build,
+        // whatever the thread count.
+#pragma omp simd reduction(+ : s1, s2)
+        for (std::int64_t i = 0; i < v.inner; ++i) {
+          const double x = pa[base + i];
+          s1 += x;
+          s2 += x * static_cast<double>(pb[base + i]);
+        }
+      }
+      out[static_cast<std::size_t>(c)] = s1;
+      out[static_cast<std::size_t>(v.channels + c)] = s2;
+    }
+    return out;
+  });
+}
+
+Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
+                                  const ops::ChannelView& v) {
+  return with_float(a, "channel_affine", [&](auto t) {
+    using T = decltype(t);
+    Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+    const T* pa = a.data<T>();
+    const T* pb = k.kb.empty() ? nullptr : b.data<T>();
+    T* py = y.data<T>();
+    const std::int64_t rows = v.outer * v.channels;
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto c = static_cast<std::size_t>(r % v.channels);
+      const T ka = static_cast<T>(k.ka[c]), ca = static_cast<T>(k.ca[c]);
+      const T k0 = static_cast<T>(k.k0[c]);
+      const std::int64_t base = r * v.inner;
+      if (pb == nullptr) {
+        for (std::int64_t i = 0; i < v.inner; ++i) py[base + i] = ka * (pa[base + i] - ca) + k0;
+      } else {
+        const T kb = static_cast<T>(k.kb[c]), cb = static_cast<T>(k.cb[c]);
+        for (std::int64_t i = 0; i < v.inner; ++i) {
+          py[base + i] = ka * (pa[base + i] - ca) + kb * (pb[base + i] - cb) + k0;
+        }
+      }
+    }
+    return y;
+  });
+}
+
+namespace {
+
+/// The window of output (oh, ow) clipped to the input: rows [h0, h1), columns [w0, w1).
+struct Window {
+  std::int64_t h0, h1, w0, w1;
+  Window(const ops::Pool2DGeometry& g, std::int64_t h, std::int64_t w, std::int64_t oh,
+         std::int64_t ow) {
+    h0 = oh * g.stride_h - g.pad_top;
+    w0 = ow * g.stride_w - g.pad_left;
+    h1 = std::min(h0 + g.k_h, h);
+    w1 = std::min(w0 + g.k_w, w);
+    h0 = std::max<std::int64_t>(h0, 0);
+    w0 = std::max<std::int64_t>(w0, 0);
+  }
+  std::int64_t count() const { return (h1 - h0) * (w1 - w0); }
+};
+
+}  // namespace
+
+Tensor CpuKernels::avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) {
+  return with_float(x, "avgpool2d_forward", [&](auto t) {
+    using T = decltype(t);
+    const std::int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
+    const std::int64_t oh = g.out_h(static_cast<int>(h)), ow = g.out_w(static_cast<int>(w));
+    Tensor y = Tensor::empty({x.dim(0), x.dim(1), oh, ow}, x.dtype(), x.device());
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
+    for (std::int64_t p = 0; p < planes; ++p) {
+      const T* plane = px + p * h * w;
+      for (std::int64_t i = 0; i < oh; ++i) {
+        for (std::int64_t j = 0; j < ow; ++j) {
+          const Window win(g, h, w, i, j);
+          double s = 0;
+          for (std::int64_t r = win.h0; r < win.h1; ++r) {
+            for (std::int64_t c = win.w0; c < win.w1; ++c) s += plane[r * w + c];
+          }
+          py[(p * oh + i) * ow + j] = static_cast<T>(s / static_cast<double>(win.count()));
+        }
+      }
+    }
+    return y;
+  });
+}
+
+Tensor CpuKernels::avgpool2d_backward(const Tensor& dy, const Shape& x_shape,
+                                      const ops::Pool2DGeometry& g) {
+  return with_float(dy, "avgpool2d_backward", [&](auto t) {
+    using T = decltype(t);
+    const std::int64_t planes = x_shape[0] * x_shape[1], h = x_shape[2], w = x_shape[3];
+    const std::int64_t oh = dy.dim(2), ow = dy.dim(3);
+    Tensor dx = Tensor::zeros(x_shape, dy.dtype(), dy.device());
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+#pragma omp parallel for schedule(static) if (dx.numel() > kParallelGrain)
+    for (std::int64_t p = 0; p < planes; ++p) {
+      T* plane = pdx + p * h * w;
+      for (std::int64_t i = 0; i < oh; ++i) {
+        for (std::int64_t j = 0; j < ow; ++j) {
+          const Window win(g, h, w, i, j);
+          const T share = pdy[(p * oh + i) * ow + j] / static_cast<T>(win.count());
+          for (std::int64_t r = win.h0; r < win.h1; ++r) {
+            for (std::int64_t c = win.w0; c < win.w1; ++c) plane[r * w + c] += share;
+          }
+        }
+      }
+    }
+    return dx;
+  });
+}
+
+void CpuKernels::copy_block(Tensor& dst, const Tensor& src, const ops::BlockCopy& b) {
+  const std::size_t es = dtype_size(dst.dtype());
+  auto* d = static_cast<unsigned char*>(dst.raw_data());
+  const auto* s = static_cast<const unsigned char*>(src.raw_data());
+  // The innermost dimension is usually contiguous on both sides: one memcpy per row.
+  const bool rows = b.dst_strides[3] == 1 && b.src_strides[3] == 1;
+  const std::int64_t outer = b.dims[0] * b.dims[1] * b.dims[2];
+#pragma omp parallel for schedule(static) if (outer * b.dims[3] > kParallelGrain)
+  for (std::int64_t r = 0; r < outer; ++r) {
+    const std::int64_t i2 = r % b.dims[2], i1 = (r / b.dims[2]) % b.dims[1];
+    const std::int64_t i0 = r / (b.dims[2] * b.dims[1]);
+    const std::int64_t dbase =
+        b.dst_offset + i0 * b.dst_strides[0] + i1 * b.dst_strides[1] + i2 * b.dst_strides[2];
+    const std::int64_t sbase =
+        b.src_offset + i0 * b.src_strides[0] + i1 * b.src_strides[1] + i2 * b.src_strides[2];
+    if (rows) {
+      std::memcpy(d + dbase * es, s + sbase * es, static_cast<std::size_t>(b.dims[3]) * es);
+      continue;
+    }
+    for (std::int64_t i3 = 0; i3 < b.dims[3]; ++i3) {
+      std::memcpy(d + (dbase + i3 * b.dst_strides[3]) * es,
+                  s + (sbase + i3 * b.src_strides[3]) * es, es);
+    }
+  }
+}
+
+Tensor CpuKernels::gelu_forward(const Tensor& x) {
+  return with_float(x, "gelu_forward", [&](auto t) {
+    using T = decltype(t);
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) py[i] = math::Gelu::forward(px[i]);
+    return y;
+  });
+}
+
+Tensor CpuKernels::gelu_backward(const Tensor& x, const Tensor& dy) {
+  return with_float(x, "gelu_backward", [&](auto t) {
+    using T = decltype(t);
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    const T* px = x.data<T>();
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) pdx[i] = math::Gelu::backward(px[i], pdy[i]);
+    return dx;
+  });
+}
+
+}  // namespace mirror::cpu

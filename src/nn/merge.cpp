@@ -1,0 +1,196 @@
+// Add, Concatenate (merge layers of the model graph), GlobalAveragePooling2D, AveragePooling2D
+// and ZeroPadding2D.
+#include "mirror/nn/cnn_layers.h"
+
+namespace mirror::nn {
+namespace {
+
+[[noreturn]] void merge_mismatch(const Layer& layer, const std::string& rule,
+                                 const std::vector<Shape>& shapes,
+                                 const std::vector<std::string>& names, std::size_t i) {
+  throw InvalidArgument(layer.name() + " (" + layer.kind() + "): " + rule + ", but input '" +
+                        names[0] + "' is " + shape_str(shapes[0]) + " and input '" + names[i] +
+                        "' is " + shape_str(shapes[i]) +
+                        " (per sample); check the layers feeding it (strides, filters, padding)");
+}
+
+Shape with_batch(std::int64_t n, Shape s) {
+  s.insert(s.begin(), n);
+  return s;
+}
+
+void require_image(const Layer& layer, const Shape& s) {
+  MIRROR_CHECK(s.size() == 3, InvalidArgument,
+               layer.name() + " (" + layer.kind() + "): expects an image input [C, H, W], got " +
+                   shape_str(s));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Add
+
+Shape Add::build_inputs(const std::vector<Shape>& shapes, const std::vector<std::string>& names,
+                        DType, Device) {
+  for (std::size_t i = 1; i < shapes.size(); ++i) {
+    if (shapes[i] != shapes[0])
+      merge_mismatch(*this, "inputs must have one shape", shapes, names, i);
+  }
+  count_ = shapes.size();
+  return shapes[0];
+}
+
+Tensor Add::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
+  MIRROR_CHECK(xs.size() == count_ && count_ >= 2, InvalidArgument,
+               name() + " (add): expected " + std::to_string(count_) + " inputs, got " +
+                   std::to_string(xs.size()));
+  Tensor y = xs[0].clone();
+  for (std::size_t i = 1; i < xs.size(); ++i) ops::axpy(1.0, xs[i], y);
+  return y;
+}
+
+std::vector<Tensor> Add::backward_inputs(const Tensor& dy) {
+  return std::vector<Tensor>(count_, dy);  // d(sum)/d(each input) = identity: shared, not copied
+}
+
+// ---------------------------------------------------------------- Concatenate
+
+Shape Concatenate::build_inputs(const std::vector<Shape>& shapes,
+                                const std::vector<std::string>& names, DType, Device) {
+  Shape out = shapes[0];
+  // The channel axis is C of [C, H, W] and F of [F]; for sequences [T, F] it would be the last
+  // axis, which concat_channels (dimension 1 of the batch) does not join.
+  MIRROR_CHECK(out.size() == 1 || out.size() == 3, InvalidArgument,
+               name() +
+                   " (concatenate): joins images [C, H, W] or features [F] along the "
+                   "channel axis, got input '" +
+                   names[0] + "' " + shape_str(out));
+  channels_.clear();
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    bool ok = shapes[i].size() == out.size();
+    for (std::size_t d = 1; ok && d < out.size(); ++d) ok = shapes[i][d] == shapes[0][d];
+    if (!ok) {
+      merge_mismatch(*this, "inputs must agree in every dimension but the channel axis", shapes,
+                     names, i);
+    }
+    channels_.push_back(shapes[i][0]);
+    if (i > 0) out[0] += shapes[i][0];
+  }
+  return out;
+}
+
+Tensor Concatenate::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
+  MIRROR_CHECK(xs.size() == channels_.size(), InvalidArgument,
+               name() + " (concatenate): expected " + std::to_string(channels_.size()) +
+                   " inputs, got " + std::to_string(xs.size()));
+  return ops::concat_channels(xs);
+}
+
+std::vector<Tensor> Concatenate::backward_inputs(const Tensor& dy) {
+  return ops::split_channels(dy, channels_);
+}
+
+// ---------------------------------------------------------------- GlobalAveragePooling2D
+
+Shape GlobalAveragePooling2D::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
+  require_image(*this, input_shape);
+  input_shape_ = input_shape;
+  dtype_ = dtype;
+  geometry_ = {};
+  geometry_.k_h = geometry_.stride_h = static_cast<int>(input_shape[1]);
+  geometry_.k_w = geometry_.stride_w = static_cast<int>(input_shape[2]);
+  return {input_shape[0]};
+}
+
+Tensor GlobalAveragePooling2D::forward(const Tensor& x, ForwardContext&) {
+  MIRROR_CHECK(!input_shape_.empty(), InvalidArgument,
+               name() + " (global_average_pooling2d): not built");
+  detail::check_input(*this, x, input_shape_, dtype_);
+  batch_ = x.dim(0);
+  return ops::avgpool2d_forward(x, geometry_).reshape({x.dim(0), input_shape_[0]});
+}
+
+Tensor GlobalAveragePooling2D::backward(const Tensor& dy) {
+  check_shape(dy, {batch_, input_shape_[0]}, (name() + " backward dy").c_str());
+  return ops::avgpool2d_backward(dy.reshape({batch_, input_shape_[0], 1, 1}),
+                                 with_batch(batch_, input_shape_), geometry_);
+}
+
+// ---------------------------------------------------------------- AveragePooling2D
+
+AveragePooling2D::AveragePooling2D(int pool, int stride, Padding padding)
+    : pool_(pool), stride_(stride == 0 ? pool : stride), padding_(padding) {
+  MIRROR_CHECK(pool > 0 && stride_ > 0, InvalidArgument,
+               "AveragePooling2D: pool and stride must be positive, got pool " +
+                   std::to_string(pool) + ", stride " + std::to_string(stride));
+}
+
+Shape AveragePooling2D::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
+  require_image(*this, input_shape);
+  input_shape_ = input_shape;
+  dtype_ = dtype;
+  const int h = static_cast<int>(input_shape[1]), w = static_cast<int>(input_shape[2]);
+  geometry_ = {};
+  geometry_.k_h = geometry_.k_w = pool_;
+  geometry_.stride_h = geometry_.stride_w = stride_;
+  if (padding_ == Padding::kSame) {
+    const auto g = ops::Conv2DGeometry::same(h, w, pool_, pool_, stride_, stride_);
+    geometry_.pad_top = g.pad_top;
+    geometry_.pad_bottom = g.pad_bottom;
+    geometry_.pad_left = g.pad_left;
+    geometry_.pad_right = g.pad_right;
+  }
+  const int oh = geometry_.out_h(h), ow = geometry_.out_w(w);
+  MIRROR_CHECK(oh > 0 && ow > 0, InvalidArgument,
+               name() + " (average_pooling2d): window " + std::to_string(pool_) +
+                   " larger than input " + shape_str(input_shape));
+  return {input_shape[0], oh, ow};
+}
+
+Tensor AveragePooling2D::forward(const Tensor& x, ForwardContext&) {
+  MIRROR_CHECK(!input_shape_.empty(), InvalidArgument, name() + " (average_pooling2d): not built");
+  detail::check_input(*this, x, input_shape_, dtype_);
+  x_shape_ = x.shape();
+  return ops::avgpool2d_forward(x, geometry_);
+}
+
+Tensor AveragePooling2D::backward(const Tensor& dy) {
+  MIRROR_CHECK(!x_shape_.empty(), InvalidArgument,
+               name() + " (average_pooling2d): backward without forward");
+  return ops::avgpool2d_backward(dy, x_shape_, geometry_);
+}
+
+nlohmann::json AveragePooling2D::config() const {
+  return {{"pool_size", pool_}, {"strides", stride_}, {"padding", padding_name(padding_)}};
+}
+
+// ---------------------------------------------------------------- ZeroPadding2D
+
+ZeroPadding2D::ZeroPadding2D(int top, int bottom, int left, int right)
+    : top_(top), bottom_(bottom), left_(left), right_(right) {
+  MIRROR_CHECK(top >= 0 && bottom >= 0 && left >= 0 && right >= 0, InvalidArgument,
+               "ZeroPadding2D: padding must be non-negative");
+}
+
+Shape ZeroPadding2D::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
+  require_image(*this, input_shape);
+  input_shape_ = input_shape;
+  dtype_ = dtype;
+  return {input_shape[0], input_shape[1] + top_ + bottom_, input_shape[2] + left_ + right_};
+}
+
+Tensor ZeroPadding2D::forward(const Tensor& x, ForwardContext&) {
+  MIRROR_CHECK(!input_shape_.empty(), InvalidArgument, name() + " (zero_padding2d): not built");
+  detail::check_input(*this, x, input_shape_, dtype_);
+  return ops::zero_pad2d(x, top_, bottom_, left_, right_);
+}
+
+Tensor ZeroPadding2D::backward(const Tensor& dy) {
+  if (!input_grad_needed()) return {};
+  return ops::crop2d(dy, top_, bottom_, left_, right_);
+}
+
+nlohmann::json ZeroPadding2D::config() const {
+  return {{"padding", {{top_, bottom_}, {left_, right_}}}};
+}
+
+}  // namespace mirror::nn

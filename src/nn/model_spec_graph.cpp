@@ -1,0 +1,168 @@
+// The model graph of a spec (Note [Model graph] in sequential.h): reads Keras functional
+// inbound nodes, then checks a spec's names and inputs once and puts its layers in topological
+// order, so make_model only maps names to indices.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "mirror/error.h"
+#include "nn/model_spec_internal.h"
+
+namespace mirror::nn::detail {
+
+using nlohmann::json;
+
+namespace {
+
+/// Collects the layer name of every "keras_history" (Keras 3) in `j`, in document order.
+void collect_history(const json& j, json& names) {
+  if (j.is_object()) {
+    if (j.contains("keras_history")) {
+      const json& h = j["keras_history"];
+      if (h.is_array() && !h.empty() && h[0].is_string()) names.push_back(h[0]);
+      return;
+    }
+    for (const auto& item : j.items()) collect_history(item.value(), names);
+  } else if (j.is_array()) {
+    for (const json& e : j) collect_history(e, names);
+  }
+}
+
+}  // namespace
+
+json keras_inbound_names(const json& nodes, const std::string& where) {
+  json names = json::array();
+  if (!nodes.is_array()) {
+    throw InvalidArgument(where + ", field 'inbound_nodes': expected a list, got " + nodes.dump());
+  }
+  if (nodes.empty()) return names;
+  if (nodes.size() > 1) {
+    throw InvalidArgument(where + ", field 'inbound_nodes': the layer is called " +
+                          std::to_string(nodes.size()) +
+                          " times; Mirror supports each layer once (no shared layers)");
+  }
+  const json& node = nodes[0];
+  if (node.is_object()) {
+    collect_history(node, names);  // Keras 3: {"args": [...], "kwargs": {...}}
+  } else if (node.is_array()) {
+    for (const json& t : node) {  // Keras 2: [["conv2d", 0, 0, {}], ...]
+      if (t.is_array() && !t.empty() && t[0].is_string()) names.push_back(t[0]);
+    }
+  }
+  if (names.empty()) {
+    throw InvalidArgument(
+        where + ", field 'inbound_nodes': names no input tensor: " + node.dump().substr(0, 200));
+  }
+  return names;
+}
+
+void resolve_graph(json& layers, std::vector<std::size_t>& origin,
+                   const std::vector<std::string>& input_names, const std::string& output_name,
+                   const std::string& source) {
+  const std::size_t n = layers.size();
+  bool graph = false;
+  for (const json& l : layers) graph = graph || l.contains("inputs");
+  if (!graph) {
+    for (json& l : layers) l.erase("name");  // a plain stack: names are Mirror's own
+    return;
+  }
+  auto where = [&](std::size_t i) {
+    return source + ": layer " + std::to_string(origin[i]) + " (" +
+           layers[i]["type"].get<std::string>() + ")";
+  };
+  std::set<std::string> inputs(input_names.begin(), input_names.end());
+  if (inputs.empty()) inputs.insert("input");
+  // Default names and inputs: an unnamed layer is "layer_<index>"; a layer without inputs reads
+  // the layer listed before it (the model input for the first).
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < n; ++i) {
+    json& l = layers[i];
+    if (!l.contains("name")) l["name"] = "layer_" + std::to_string(origin[i]);
+    if (!l["name"].is_string()) {
+      throw InvalidArgument(where(i) + ", field 'name': expected a string, got " +
+                            l["name"].dump());
+    }
+    const std::string name = l["name"].get<std::string>();
+    if (inputs.count(name) || !index.emplace(name, i).second) {
+      throw InvalidArgument(where(i) + ", field 'name': '" + name +
+                            "' names two layers (or the model input); names must be unique");
+    }
+    if (!l.contains("inputs")) {
+      l["inputs"] = json::array({i == 0 ? json(*inputs.begin()) : layers[i - 1]["name"]});
+    }
+    const json& in = l["inputs"];
+    bool ok = in.is_array() && !in.empty();
+    for (std::size_t k = 0; ok && k < in.size(); ++k) ok = in[k].is_string();
+    if (!ok) {
+      throw InvalidArgument(where(i) + ", field 'inputs': expected a list of layer names, got " +
+                            in.dump());
+    }
+  }
+  // Dangling names, then Kahn's algorithm, taking ready layers in listed order (stable).
+  std::vector<std::vector<std::size_t>> readers(n);
+  std::vector<int> missing(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const json& in : layers[i]["inputs"]) {
+      const std::string name = in.get<std::string>();
+      if (inputs.count(name)) continue;
+      auto it = index.find(name);
+      if (it == index.end()) {
+        std::string known = "the model input '" + *inputs.begin() + "'";
+        for (const auto& [k, v] : index) known += ", " + k;
+        throw InvalidArgument(where(i) + ", field 'inputs': no layer is named '" + name +
+                              "'; known: " + known);
+      }
+      readers[it->second].push_back(i);
+      ++missing[i];
+    }
+  }
+  std::vector<std::size_t> order;
+  std::vector<bool> done(n, false);
+  while (order.size() < n) {
+    std::size_t next = n;
+    for (std::size_t i = 0; i < n && next == n; ++i) {
+      if (!done[i] && missing[i] == 0) next = i;
+    }
+    if (next == n) {
+      std::string cycle;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!done[i]) cycle += (cycle.empty() ? "" : ", ") + layers[i]["name"].get<std::string>();
+      }
+      throw InvalidArgument(source + ": the layers " + cycle +
+                            " form a cycle (each waits for another's output); a model is a "
+                            "directed acyclic graph");
+    }
+    done[next] = true;
+    order.push_back(next);
+    for (std::size_t r : readers[next]) --missing[r];
+  }
+  // One output: the last layer in order; every other layer must be read.
+  const std::size_t last = order.back();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i != last && readers[i].empty()) {
+      throw InvalidArgument(where(i) + ": its output '" + layers[i]["name"].get<std::string>() +
+                            "' is read by no layer, and the model has one output ('" +
+                            layers[last]["name"].get<std::string>() +
+                            "'); connect it or remove it");
+    }
+  }
+  if (!output_name.empty() && layers[last]["name"] != output_name) {
+    throw InvalidArgument(source + ": the model output is '" + output_name +
+                          "' but the graph ends at '" + layers[last]["name"].get<std::string>() +
+                          "'");
+  }
+  json sorted = json::array();
+  std::vector<std::size_t> sorted_origin;
+  for (std::size_t i : order) {
+    json l = layers[i];
+    for (json& in : l["inputs"]) {
+      if (inputs.count(in.get<std::string>())) in = "input";  // canonical model-input name
+    }
+    sorted.push_back(std::move(l));
+    sorted_origin.push_back(origin[i]);
+  }
+  layers = std::move(sorted);
+  origin = std::move(sorted_origin);
+}
+
+}  // namespace mirror::nn::detail
