@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1136,8 +1138,12 @@ ModelSpec ModelSpec::from_json(const json& j, const std::string& source) {
 }
 
 ModelSpec ModelSpec::from_file(const std::string& path) {
+  errno = 0;
   std::ifstream in(path);
-  MIRROR_CHECK(in.good(), DataError, "model spec " + path + ": cannot open the file");
+  const int open_errno = errno;  // ifstream keeps no reason; the failed open(2) left it here
+  MIRROR_CHECK(in.good(), DataError,
+               "model spec " + path + ": cannot open the file: " +
+                   (open_errno != 0 ? std::strerror(open_errno) : "unknown reason"));
   json j;
   try {
     j = parse_json_input(in, "model spec " + path);  // Note [Hostile input]
