@@ -169,7 +169,8 @@ cluster_up() {
 }
 
 # The ssh stand-in Open MPI calls as `agent [options] host command...` (Note [Emulated cluster]).
-# A node marked lost (cluster_lose_node) answers like an unreachable ssh host.
+# A node marked lost (cluster_lose_node) or cut off (cluster_partition) answers like an
+# unreachable ssh host (the agent itself reaches every namespace, whatever its links).
 cluster_write_agent() {
   local i
   {
@@ -185,6 +186,9 @@ cluster_write_agent() {
     echo 'esac'
     echo "if [ -e \"$cluster_dir/lost-\$ns\" ]; then"
     echo '  echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255'
+    echo 'fi'
+    echo "if [ -e \"$cluster_dir/cut-\$ns\" ]; then"
+    echo '  echo "ssh: connect to host $host port 22: Connection timed out" >&2; exit 255'
     echo 'fi'
     echo 'exec ip netns exec "$ns" unshare --uts /bin/sh -c '"'"'hostname "$0" && eval "$*"'"'"' "$host" "$@"'
   } >"$cluster_dir/rsh-agent"
@@ -256,6 +260,7 @@ cluster_hostfile_without() {
 
 # Partition: node $1's link set down at the switch (its processes keep running, unreachable).
 cluster_partition() {
+  touch "$cluster_dir/cut-$(cluster_ns "$1")"
   ip -n "$cluster_sw" link set "$(cluster_link "$1")" down
   ip -n "$(cluster_ns "$1")" link set eth0 down
 }
@@ -264,6 +269,7 @@ cluster_partition() {
 cluster_heal() {
   ip -n "$(cluster_ns "$1")" link set eth0 up
   ip -n "$cluster_sw" link set "$(cluster_link "$1")" up
+  rm -f "$cluster_dir/cut-$(cluster_ns "$1")"
 }
 
 # The pids of program $1 (a path) running inside node $2.

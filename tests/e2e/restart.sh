@@ -3,7 +3,8 @@
 # relaunches it with --resume-or-start from the checkpoint dir, and the final weights equal the
 # uninterrupted run's bit for bit (same fingerprint), also when the rank dies before the first
 # checkpoint (the restart starts fresh). Also: giving up after N restarts with the last cause
-# (a run-time failure), and the flag's errors.
+# (a run-time failure), a host that does not answer dropped from the hostfile (or giving up when
+# none answers), and the flag's errors.
 # Usage: restart.sh <build dir>. Exit 77 = skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 e2e_need_mpirun
@@ -76,7 +77,40 @@ rc=$?
 grep -q "restart 1" usage.err && fail "a bad flag was restarted"
 grep -q "rejected its command line" usage.err || fail "no 'rejected' line: $(tail -3 usage.err)"
 
-# 5. mirrorrun's own flag errors.
+# 5. A host that is gone (Note [Relaunch on fewer nodes] in launch/mirrorrun; with real nodes:
+#    tests/cluster/lost_node_restart.sh): hostfile "localhost + ghost", where the rsh agent
+#    cannot reach ghost. The first run cannot start its daemon there; mirrorrun probes the hosts
+#    with the same agent, drops ghost, relaunches with -np 2 instead of 4 on localhost (which
+#    needs no agent), and the job ends as the plain 2-rank run (nothing was checkpointed).
+cat >agent <<'AGENT'
+#!/usr/bin/env bash
+while [[ "${1:-}" == -* ]]; do shift; done
+echo "ssh: connect to host $1 port 22: No route to host" >&2
+exit 255
+AGENT
+chmod +x agent
+printf 'localhost slots=2\nghost slots=2\n' >hosts
+timeout -k 10 300 "$mirrorrun" --max-restarts 1 --hostfile hosts -np 4 --mca plm_rsh_agent "$PWD/agent" \
+  "$train" "${args[@]}" --checkpoint-dir ck6 >ghost.out 2>ghost.err
+rc=$?
+[ "$rc" -eq 0 ] || fail "a job with an unreachable host exited $rc, not 0 after dropping it"
+grep -q "mirrorrun: the job ended with exit code [0-9]* (.*No route to host); restart 1 of 1" ghost.err ||
+  fail "the restart line does not give the agent's error: $(grep 'job ended' ghost.err)"
+grep -q "mirrorrun: dropping host(s) ghost: no answer to \`$PWD/agent HOST true\` (ssh: connect to host ghost port 22: No route to host); relaunching on 1 of 2 hosts with -np 2 instead of 4" ghost.err ||
+  fail "no line about dropping ghost: $(grep dropping ghost.err)"
+[ "$(fingerprint ghost.out)" = "$want" ] || fail "the job relaunched without ghost differs from the plain 2-rank run"
+
+# 5b. No host answers: mirrorrun says so and gives up (no relaunch).
+printf 'ghost slots=2\nghost2 slots=2\n' >hosts2
+timeout -k 10 120 "$mirrorrun" --max-restarts 3 --hostfile hosts2 -np 4 --mca plm_rsh_agent "$PWD/agent" \
+  "$train" "${args[@]}" --checkpoint-dir ck7 >none.out 2>none.err
+rc=$?
+[ "$rc" -ne 0 ] || fail "a job without any reachable host exited 0"
+grep -q "mirrorrun: no host of hosts2 answers (ghost,ghost2: .*No route to host); nothing to relaunch on, giving up" none.err ||
+  fail "no 'no host answers' line: $(tail -2 none.err)"
+grep -q "restart 2 of 3" none.err && fail "restarted again without any host"
+
+# 6. mirrorrun's own flag errors.
 "$mirrorrun" --max-restarts x -np 2 "$train" >/dev/null 2>flag.err && fail "--max-restarts x accepted"
 grep -q "not a number" flag.err || fail "bad --max-restarts message: $(cat flag.err)"
 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" >/dev/null 2>flag2.err &&
