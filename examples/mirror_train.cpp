@@ -31,7 +31,8 @@ po::options_description make_options() {
       "config", po::value<std::string>(),
       "JSON file with any of the options below (keys as flag names)")(
       "model", po::value<std::string>(),
-      "built-in model: cnn | cnn-stride2 | resnet | inception | gru-rows | gru-words (default "
+      "built-in model: cnn | cnn-stride2 | resnet | inception | gru-rows | lstm-rows | gru-words | "
+      "bigru-words | conv1d-words (default "
       "cnn)")(
       "model-spec", po::value<std::string>(),
       "model spec JSON file (a Sequential layer list, Mirror or Keras names); replaces --model")(

@@ -104,7 +104,8 @@ std::unique_ptr<Layer> make_layer(const json& l) {
 
 DataShape image_data(const std::string& name, int num_classes) {
   DataShape d;
-  d.sample_shape = name == "gru-rows" ? Shape{28, 28} : Shape{1, 28, 28};
+  const bool rows = name.size() > 5 && name.compare(name.size() - 5, 5, "-rows") == 0;
+  d.sample_shape = rows ? Shape{28, 28} : Shape{1, 28, 28};
   d.outputs = num_classes;
   return d;
 }

@@ -86,9 +86,17 @@ void mix_dataset(Fnv& f, const data::Dataset& ds) {
   }
 }
 
+/// The built-in data of a built-in model, by the name's suffix: `*-words` train on the word
+/// lists, `*-rows` on the images read as 28 rows of 28 pixels (gru-rows, lstm-rows), the others
+/// on the images.
+bool name_ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 DataSplits image_data(const TrainConfig& c) {
   DataSplits d;
-  const auto layout = c.model == "gru-rows" ? data::Layout::kRows : data::Layout::kNCHW;
+  const auto layout = name_ends_with(c.model, "-rows") ? data::Layout::kRows : data::Layout::kNCHW;
   if (c.data == "synthetic") {
     const std::int64_t n = c.train_limit > 0 ? c.train_limit : 2048;
     const std::int64_t m = c.test_limit > 0 ? c.test_limit : 512;
@@ -128,7 +136,7 @@ DataSplits word_data(const TrainConfig& c) {
 /// Without data files: the built-in data --model names (the CNN's images also serve a
 /// --model-spec given without data files).
 DataSplits builtin_data(const TrainConfig& c) {
-  return c.model == "gru-words" ? word_data(c) : image_data(c);
+  return name_ends_with(c.model, "-words") ? word_data(c) : image_data(c);
 }
 
 nn::DataShape data_shape(const data::Dataset& d) {

@@ -112,7 +112,7 @@ expect_error() {  # expect_error PATTERN CMD...
 }
 expect_error "unrecognised option '--bogus'" "$train" --bogus
 expect_error "--epochs must be >= 1" "$train" "${common[@]}" --epochs 0
-expect_error "--model must be one of cnn-stride2, cnn, gru-rows, gru-words, inception, resnet" "$train" --model lstm
+expect_error "--model must be one of bigru-words, cnn-stride2, cnn, conv1d-words, gru-rows, gru-words, inception, lstm-rows, resnet" "$train" --model lstm
 # A spec ending in softmax (as Keras classifiers do) is folded into the softmax-cross-entropy loss,
 # so any other loss is refused.
 echo '{"layers": [{"type": "flatten"}, {"type": "dense", "activation": "softmax"}]}' >"$work/sm.json"
@@ -131,4 +131,10 @@ echo '{"model": "gru-rows", "epochs": 3}' >"$work/ok.json"
 "$train" --config "$work/ok.json" --epochs 1 --data synthetic --train-limit 64 --test-limit 32 --devices cpu \
   --no-progress >"$work/g.out" 2>&1 || { cat "$work/g.out"; fail "config + flag override"; }
 grep -q '^epoch 1/1: ' "$work/g.out" || fail "--epochs flag did not override the config"
+# Every built-in name trains on its own data: *-rows on image rows, *-words on word tokens.
+for m in cnn-stride2 lstm-rows bigru-words conv1d-words; do
+  "$train" --model "$m" --data synthetic --train-limit 64 --test-limit 32 --batch-size 32 --epochs 1 \
+    --devices cpu --no-progress >"$work/$m.out" 2>&1 || { cat "$work/$m.out"; fail "--model $m"; }
+  grep -q '^test accuracy: ' "$work/$m.out" || fail "--model $m printed no test accuracy"
+done
 echo "all train_cli checks passed"

@@ -111,13 +111,14 @@ inline data::Batch global_batch(ModelKind kind, std::int64_t step, std::int64_t 
   data::Batch b;
   std::vector<float> pixels;
   std::vector<std::int32_t> tokens;
+  const bool images = kind == ModelKind::kCnn || kind == ModelKind::kResBn;  // else token ids
   for (std::int64_t i = 0; i < size; ++i) {
     const bool is_real = i < real;
     const auto u = static_cast<std::size_t>(i);
     labels[u] = is_real ? static_cast<std::int32_t>(rng() % kClasses) : 0;
     weights[u] = is_real ? 1.0f : 0.0f;
     ids[u] = is_real ? step * size + i : -1 - (i - real);
-    if (kind != ModelKind::kGru) {
+    if (images) {
       for (int j = 0; j < kImage * kImage; ++j) pixels.push_back(is_real ? value(rng) : 0.0f);
     } else {
       const int len = is_real ? 1 + static_cast<int>(rng() % kMaxLen) : 1;
@@ -128,8 +129,8 @@ inline data::Batch global_batch(ModelKind kind, std::int64_t step, std::int64_t 
       }
     }
   }
-  b.inputs = kind != ModelKind::kGru ? Tensor::from_vector(pixels, {size, 1, kImage, kImage})
-                                     : Tensor::from_vector(tokens, {size, kMaxLen});
+  b.inputs = images ? Tensor::from_vector(pixels, {size, 1, kImage, kImage})
+                    : Tensor::from_vector(tokens, {size, kMaxLen});
   b.labels = Tensor::from_vector(labels, {size});
   b.weights = Tensor::from_vector(weights, {size});
   b.sample_ids = Tensor::from_vector(ids, {size});
