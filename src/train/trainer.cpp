@@ -276,9 +276,17 @@ void Trainer::Impl::make_strategy() {
 }
 
 void Trainer::Impl::check_global_batch(int world_replicas) const {
-  MIRROR_CHECK(global_batch % world_replicas == 0, InvalidArgument,
-               "--batch-size " + std::to_string(global_batch) + " must be a multiple of the " +
-                   std::to_string(world_replicas) + " replicas");
+  if (global_batch % world_replicas != 0) {
+    const std::int64_t below = global_batch / world_replicas * world_replicas;
+    const std::int64_t above = below + world_replicas;
+    const std::int64_t per = (below > 0 ? below : above) / world_replicas;
+    throw InvalidArgument(
+        "--batch-size " + std::to_string(global_batch) + " must be a multiple of the " +
+        std::to_string(world_replicas) + " replicas: use --batch-size " +
+        (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(above) +
+        ", or --batch-per-replica " + std::to_string(per) + " (a global batch of " +
+        std::to_string(per * world_replicas) + ")");
+  }
   // Never pad a step with more empty samples than real ones: a batch larger than the data is
   // a mistake (and, at 10^6 samples, a machine's worth of memory).
   const std::int64_t samples = task.train->size();

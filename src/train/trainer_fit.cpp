@@ -113,6 +113,12 @@ FitSummary Trainer::Impl::fit() {
       for (auto& o : observers) o->on_step(event);
     }
     if (summary.preempted) {
+      // The summary tells the part of the epoch that ran, not zeros.
+      samples += run.metrics.count;
+      summary.train_loss = run.metrics.loss();
+      summary.train_accuracy = run.metrics.accuracy();
+      summary.train_mse = run.metrics.mse();
+      summary.train_mae = run.metrics.mae();
       report_preemption(global_step);
       break;  // no evaluation of a partial epoch: the grace period is short
     }

@@ -107,20 +107,31 @@ class Console final : public FitObserver {
 
   void on_end(const FitSummary& s) override {
     const bool mse = s.loss == dist::loss_name(dist::LossKind::kMeanSquaredError);
-    char head[160];
+    char head[320];
+    // A run stopped by a signal ends inside an epoch: say what that part measured, and mark an
+    // earlier evaluation as the last full epoch's.
+    const char* when = s.preempted ? " (last full epoch)" : "";
+    char test[160] = "";
     if (s.evaluated && mse) {
-      std::snprintf(head, sizeof head, "test mse: %.4f\ntest mae: %.4f\ntest loss: %.4f",
-                    s.test_mse, s.test_mae, s.test_loss);
+      std::snprintf(test, sizeof test, "test mse%s: %.4f\ntest mae%s: %.4f\ntest loss%s: %.4f",
+                    when, s.test_mse, when, s.test_mae, when, s.test_loss);
     } else if (s.evaluated) {
-      std::snprintf(head, sizeof head, "test accuracy: %.4f\ntest loss: %.4f", s.test_accuracy,
-                    s.test_loss);
-    } else if (mse) {
-      std::snprintf(head, sizeof head, "no test data; last epoch: loss %.4f mse %.4f mae %.4f",
-                    s.train_loss, s.train_mse, s.train_mae);
-    } else {
-      std::snprintf(head, sizeof head, "no test data; last epoch: loss %.4f accuracy %.4f",
-                    s.train_loss, s.train_accuracy);
+      std::snprintf(test, sizeof test, "test accuracy%s: %.4f\ntest loss%s: %.4f", when,
+                    s.test_accuracy, when, s.test_loss);
     }
+    const char* train =
+        s.preempted ? "stopped before evaluation; this epoch so far" : "no test data; last epoch";
+    char partial[160] = "";
+    if (s.preempted || !s.evaluated) {
+      if (mse) {
+        std::snprintf(partial, sizeof partial, "%s: loss %.4f mse %.4f mae %.4f", train,
+                      s.train_loss, s.train_mse, s.train_mae);
+      } else {
+        std::snprintf(partial, sizeof partial, "%s: loss %.4f accuracy %.4f", train, s.train_loss,
+                      s.train_accuracy);
+      }
+    }
+    std::snprintf(head, sizeof head, "%s%s%s", partial, *partial && *test ? "\n" : "", test);
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s\nwall time: %.1f s, %.0f samples/s, %lld steps\n"

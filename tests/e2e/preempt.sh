@@ -47,6 +47,10 @@ if [ -n "$stop" ]; then
   [ "$stop" -lt 96 ] || fail "stopped at step $stop: the run was not interrupted"
   ls ck | grep -q "ckpt-$(printf %012d "$stop").safetensors" || fail "no checkpoint at step $stop: $(ls ck)"
 fi
+# The summary tells the part of the epoch that ran, not zeros.
+grep -q '^stopped before evaluation; this epoch so far: loss [0-9.]* accuracy [0-9.]*$' term.out ||
+  fail "no partial-epoch summary: $(grep -A1 'stopped after step' term.out)"
+grep -q ' 0 samples/s' term.out && fail "the summary says 0 samples/s after a stop"
 mpirun_ "$train" "${args[@]}" --checkpoint-dir ck --resume ck >resume.out 2>resume.err ||
   fail "resume exited $?: $(tail -3 resume.err)"
 got=$(fingerprint resume.out)

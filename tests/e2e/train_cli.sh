@@ -125,7 +125,7 @@ echo '{"epochs": ' >"$work/bad3.json"
 expect_error "is not valid JSON" "$train" --config "$work/bad3.json"
 expect_error "--resume $work/nowhere: no such folder" "$train" "${common[@]}" --resume "$work/nowhere"
 expect_error "bad memory policy" "$train" "${common[@]}" --memory lots
-expect_error "must be a multiple of the 2 replicas" mpirun_ 2 "$train" --model gru-rows --data synthetic \
+expect_error "must be a multiple of the 2 replicas: use --batch-size 32 or 34, or --batch-per-replica 16" mpirun_ 2 "$train" --model gru-rows --data synthetic \
   --train-limit 64 --devices cpu --batch-size 33
 echo '{"model": "gru-rows", "epochs": 3}' >"$work/ok.json"
 "$train" --config "$work/ok.json" --epochs 1 --data synthetic --train-limit 64 --test-limit 32 --devices cpu \
