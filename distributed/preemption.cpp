@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <csignal>
-#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -18,7 +17,7 @@ std::atomic<int> g_stop{0};
 // thread is doing, and oneDNN's sgemm does not survive it: on the development machine a
 // single-threaded loop of dnnl_sgemm calls with a no-op SIGTERM handler (even on an alternate
 // signal stack) hit "corrupted size vs. prev_size" within a second of signals, and mirror-train
-// crashed or diverged in 1 to 8 of 30 stops (issue: heap corruption on SIGTERM). So no compute
+// ranks sent SIGTERM mid-training crashed or diverged in about 1 stop of 5 to 30. So no compute
 // thread ever runs a handler: install_stop_handlers() blocks the stop signals in the calling
 // thread, every thread it creates later inherits the block (the replicas' workers, the
 // communicators', the loaders', Open MPI's and OpenMP's), and one thread takes the signals
