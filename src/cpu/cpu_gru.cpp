@@ -180,10 +180,7 @@ void check_backward_args(const Tensor& x, const ops::GruWeights& w,
   require_shape(dh_last, {d.n, d.h}, "gru_backward dh_last");
   require_dtype(dy, x.dtype(), op, "dy");
   require_dtype(dh_last, x.dtype(), op, "dh_last");
-  rnn::require_grad(dw.w_ih, w.w_ih, op, "gru_backward dw.w_ih");
-  rnn::require_grad(dw.w_hh, w.w_hh, op, "gru_backward dw.w_hh");
-  rnn::require_grad(dw.b_ih, w.b_ih, op, "gru_backward dw.b_ih");
-  rnn::require_grad(dw.b_hh, w.b_hh, op, "gru_backward dw.b_hh");
+  rnn::require_weight_grads(dw, w, op);
 }
 
 template <class T>

@@ -216,10 +216,7 @@ void check_backward_args(const Tensor& x, const ops::LstmWeights& w,
   rnn::require_shape(dh_last, {d.n, d.h}, "lstm_backward dh_last");
   rnn::require_dtype(dy, x.dtype(), op, "dy");
   rnn::require_dtype(dh_last, x.dtype(), op, "dh_last");
-  rnn::require_grad(dw.w_ih, w.w_ih, op, "lstm_backward dw.w_ih");
-  rnn::require_grad(dw.w_hh, w.w_hh, op, "lstm_backward dw.w_hh");
-  rnn::require_grad(dw.b_ih, w.b_ih, op, "lstm_backward dw.b_ih");
-  rnn::require_grad(dw.b_hh, w.b_hh, op, "lstm_backward dw.b_hh");
+  rnn::require_weight_grads(dw, w, op);
 }
 
 template <class T>

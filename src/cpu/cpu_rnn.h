@@ -41,6 +41,17 @@ inline void require_grad(const Tensor& grad, const Tensor& weight, const char* o
   require_dtype(grad, weight.dtype(), op, what);
 }
 
+/// The four weight gradients of a GRU or an LSTM (ops::GruWeights, ops::LstmWeights), each
+/// named "<op> dw.<tensor>" in errors.
+template <class Weights>
+void require_weight_grads(const Weights& dw, const Weights& w, const char* op) {
+  const std::string o(op);
+  require_grad(dw.w_ih, w.w_ih, op, (o + " dw.w_ih").c_str());
+  require_grad(dw.w_hh, w.w_hh, op, (o + " dw.w_hh").c_str());
+  require_grad(dw.b_ih, w.b_ih, op, (o + " dw.b_ih").c_str());
+  require_grad(dw.b_hh, w.b_hh, op, (o + " dw.b_hh").c_str());
+}
+
 /// The reserve of a training forward: `numel` values of x's dtype.
 inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dtype, const char* op,
                             const char* forward) {
