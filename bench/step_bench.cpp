@@ -42,13 +42,8 @@ struct Result {
 };
 
 Result time_model(const std::string& name, int batch, int warmup, int steps) {
-  // cnn and gru-rows by their shorthand; other built-in specs over 28x28 rows (lstm-rows) bound
-  // to the same [28, 28] samples and 10 classes.
-  nn::Sequential model =
-      name == "cnn" || name == "gru-rows"
-          ? nn::make_model(name, DType::kFloat32, Device::cpu(), 1)
-          : nn::make_model(nn::ModelSpec::builtin(name).bind({{28, 28}, DType::kFloat32, 10}),
-                           DType::kFloat32, Device::cpu(), 1);
+  // The built-in image models by name: [1, 28, 28] images, or [28, 28] rows for *-rows.
+  nn::Sequential model = nn::make_model(name, DType::kFloat32, Device::cpu(), 1);
   // Synthetic data: uniform pixels and labels, fixed for every step (the data path is not
   // part of what is measured).
   std::mt19937_64 rng(7);
