@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The accuracy runs behind the README's table: each model on the full data, once with 1 rank
 # and once with 2 ranks at the same global batch. Logs go to ${OUT:-runs}/.
-#   scripts/accuracy.sh [cnn|gru-rows|gru-words|lstm-rows|bigru-words|conv1d-words ...]
+#   scripts/accuracy.sh [cnn|resnet|gru-rows|gru-words|lstm-rows|bigru-words|conv1d-words ...]
 # lstm-rows, bigru-words and conv1d-words are the shipped specs (examples/models/) trained on the
 # data of gru-rows (Fashion-MNIST rows) and gru-words (the word lists) with the same settings.
+# resnet's 2-rank run synchronises BatchNorm (--sync-batchnorm), so both runs see the statistics
+# of the same global batch.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -16,6 +18,8 @@ models=("$@")
 args_for() {
   case "$1" in
     cnn) echo "--model cnn --epochs 10 --batch-size 64 --lr 1e-3 --schedule cosine" ;;
+    resnet)
+      echo "--model resnet --epochs 15 --batch-size 64 --lr 1e-3 --schedule cosine --optimizer adamw --weight-decay 0.05" ;;
     gru-rows) echo "--model gru-rows --epochs 20 --batch-size 64 --lr 2e-3 --schedule cosine" ;;
     gru-words) echo "--model gru-words --epochs 2 --batch-size 256 --lr 2e-3 --schedule cosine" ;;
     lstm-rows) echo "$(args_for gru-rows) --model-spec $root/examples/models/lstm-rows.json" ;;
@@ -26,8 +30,9 @@ args_for() {
 }
 
 for model in "${models[@]}"; do
-  read -r -a args <<<"$(args_for "$model")"
   for np in 1 2; do
+    read -r -a args <<<"$(args_for "$model")"
+    [ "$model" != resnet ] || [ "$np" = 1 ] || args+=(--sync-batchnorm)
     log="$out/$model-np$np"
     echo "== $model, $np rank(s): $log.out"
     start=$(date +%s)
