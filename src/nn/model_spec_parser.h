@@ -1,0 +1,105 @@
+// defines: ModelSpecParser, which reads Mirror's layer lists and Keras's Sequential and
+// functional JSON into ModelSpec's canonical layers. The model-level reading is in
+// model_spec.cpp, the per-layer parsers in model_spec_layers.cpp. Internal to src/nn.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mirror/nn/models.h"
+#include "nn/model_spec_fields.h"
+
+namespace mirror::nn {
+
+struct ModelSpecParser {
+  using json = nlohmann::json;
+  using Fields = spec_fields::Fields;
+
+  std::string source;
+  ModelSpec spec;
+  Shape stated;  // the input shape the spec states (-1: open), as written
+  std::string stated_where;
+  std::string data_format;  // of the image layers: "" (none yet), channels_first, channels_last
+  std::vector<std::string> input_names;  // of InputLayers (a graph's model input)
+  std::string output_name;               // a Keras functional model's output layer
+
+  // ---- reading a model (model_spec.cpp)
+  std::string where(std::size_t index, const std::string& type) const;
+  void state_input(const json& shape, bool with_batch, const std::string& where_text,
+                   const std::function<void(const std::string&)>& fail);
+  /// InputLayer / {"type": "input"}: states the input shape, builds nothing.
+  void input(Fields& f, std::size_t index);
+  void layer(const json& entry, std::size_t index);
+  /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
+  /// model's last layer (Keras classifiers end so), from a dense (whose activation becomes
+  /// linear) or an activation layer (dropped), and the spec remembers it (softmax_folded): the
+  /// trainer then requires the softmax-cross-entropy loss, which applies it.
+  void fold_softmax();
+  /// Names the layers one entry produced [first, end) and chains them: the first reads the
+  /// entry's inputs (when given), each further one the layer before it (Note [Spec graph]).
+  void place_in_graph(std::size_t first, const json& name, const json& inputs);
+  void layers(const json& list);
+  /// {"class_name": "Sequential", "config": {"layers": [...], ...}, ...}
+  void keras_model(const json& j);
+  /// A functional model's input_layers / output_layers: one of each ([name, 0, 0], or a list
+  /// of one such; Keras 3 writes the single input unwrapped).
+  void functional_io(const json& config);
+  /// {"name": ..., "input_shape": [...], "layers": [...]} (Mirror; to_json() writes this).
+  void mirror_model(const json& j);
+  /// The stated shape in Mirror's layout: a channels_last image [H, W, C] becomes [C, H, W].
+  Shape stated_nchw() const;
+
+  // ---- one layer each, returning its canonical layers (model_spec_layers.cpp)
+  void image_format(Fields& f, bool keras);
+  std::vector<json> conv2d(Fields& f, bool keras);
+  std::vector<json> maxpool2d(Fields& f, bool keras);
+  std::vector<json> flatten(Fields& f, bool keras);
+  std::vector<json> dense(Fields& f, bool);
+  std::vector<json> dropout(Fields& f, bool);
+  std::vector<json> embedding(Fields& f, bool);
+  std::vector<json> masking(Fields& f, bool);
+  /// GRU and LSTM (`kind`); `backwards`: the backward layer of a Bidirectional, which Keras
+  /// writes with go_backwards = true.
+  std::vector<json> recurrent(Fields& f, const std::string& kind, bool backwards);
+  /// The recurrent layer inside a Bidirectional: a Keras {"class_name", "config"} or a Mirror
+  /// {"type", ...} object, as canonical JSON.
+  json wrapped_recurrent(Fields& outer, const std::string& field, const json& entry,
+                         bool backwards);
+  std::vector<json> gru(Fields& f, bool) { return recurrent(f, "gru", false); }
+  std::vector<json> lstm(Fields& f, bool) { return recurrent(f, "lstm", false); }
+  std::vector<json> bidirectional(Fields& f, bool);
+  // 1-D layers over [T, C]
+  /// An integer or a list of one (Keras writes kernel_size, strides, ... as [k]).
+  std::int64_t single(Fields& f, const std::string& name, const std::string& alias,
+                      std::int64_t fallback);
+  /// Mirror's sequences are [T, C]: only Keras's channels_last.
+  void sequence_format(Fields& f);
+  std::string padding_1d(Fields& f, bool causal_ok);
+  std::vector<json> conv1d(Fields& f, bool);
+  std::vector<json> pool1d(Fields& f, const std::string& type);
+  std::vector<json> maxpool1d(Fields& f, bool) { return pool1d(f, "maxpool1d"); }
+  std::vector<json> avgpool1d(Fields& f, bool) { return pool1d(f, "avgpool1d"); }
+  std::vector<json> global_pool1d(Fields& f, const std::string& type);
+  std::vector<json> global_maxpool1d(Fields& f, bool);
+  std::vector<json> global_avgpool1d(Fields& f, bool);
+  std::vector<json> activation(Fields& f, bool);
+  std::vector<json> relu(Fields& f, bool);
+  // the layers of residual and branching models (cnn_layers.h)
+  /// Keras's axis -1 (channels_last) is Mirror's channel axis; NCHW users may write 1 with
+  /// channels_first. Nothing else is supported.
+  void channel_axis(Fields& f);
+  std::vector<json> batch_normalization(Fields& f, bool sync_class);
+  std::vector<json> sync_batch_normalization(Fields& f, bool);
+  std::vector<json> plain_batch_normalization(Fields& f, bool);
+  std::vector<json> layer_normalization(Fields& f, bool);
+  std::vector<json> add(Fields& f, bool);
+  std::vector<json> concatenate(Fields& f, bool);
+  std::vector<json> global_average_pooling2d(Fields& f, bool keras);
+  std::vector<json> average_pooling2d(Fields& f, bool keras);
+  /// padding: n, [rows, columns] or [[top, bottom], [left, right]] (Keras's three forms).
+  std::vector<json> zero_padding2d(Fields& f, bool keras);
+};
+
+}  // namespace mirror::nn
