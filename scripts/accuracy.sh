@@ -5,7 +5,8 @@
 # lstm-rows, bigru-words and conv1d-words are the shipped specs (examples/models/) trained on the
 # data of gru-rows (Fashion-MNIST rows) and gru-words (the word lists) with the same settings.
 # resnet's 2-rank run synchronises BatchNorm (--sync-batchnorm), so both runs see the statistics
-# of the same global batch.
+# of the same global batch. THREADS=N passes --threads N to every rank (OpenMP threads that
+# spin at barriers lose most of their time on a machine busy with other work: use 1 there).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -33,6 +34,7 @@ for model in "${models[@]}"; do
   for np in 1 2; do
     read -r -a args <<<"$(args_for "$model")"
     [ "$model" != resnet ] || [ "$np" = 1 ] || args+=(--sync-batchnorm)
+    [ -z "${THREADS:-}" ] || args+=(--threads "$THREADS")
     log="$out/$model-np$np"
     echo "== $model, $np rank(s): $log.out"
     start=$(date +%s)
