@@ -184,6 +184,33 @@ TEST(AveragePoolGrad, ValidAndSame) {
   }
 }
 
+TEST(Pooling2D, WindowsLargerThanTheInputAreRefusedByName) {
+  // The same geometry serves both pools: "same" fits any window, "valid" needs room.
+  for (const Padding padding : {Padding::kValid, Padding::kSame}) {
+    AveragePooling2D avg(4, 1, padding);
+    MaxPool2D max(4, 1, padding);
+    avg.set_name("average_pooling2d_3");
+    max.set_name("max_pooling2d_3");
+    InitRng rng(1);
+    if (padding == Padding::kSame) {
+      EXPECT_EQ(avg.build({2, 3, 3}, DType::kFloat64, Device::cpu(), rng), (Shape{2, 3, 3}));
+      EXPECT_EQ(max.build({2, 3, 3}, DType::kFloat64, Device::cpu(), rng), (Shape{2, 3, 3}));
+      continue;
+    }
+    for (Layer* layer : std::initializer_list<Layer*>{&avg, &max}) {
+      try {
+        layer->build({2, 3, 3}, DType::kFloat64, Device::cpu(), rng);
+        ADD_FAILURE() << layer->name() << " accepted a 4x4 window over a 3x3 input";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(layer->name() + " (" + layer->kind() +
+                                             "): window 4 larger than input [2,3,3]"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(AveragePool, SamePaddingLeavesPaddingOutOfTheCount) {
   // TensorFlow: a 2x2 "same" window at the bottom-right corner of a 3x3 image covers one pixel.
   AveragePooling2D pool(2, 2, Padding::kSame);

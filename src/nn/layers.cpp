@@ -35,6 +35,25 @@ const char* padding_name(Padding padding) { return padding == Padding::kSame ? "
 
 namespace detail {
 
+ops::Pool2DGeometry pool_geometry(const Layer& layer, const Shape& input_shape, int pool,
+                                  int stride, Padding padding) {
+  const int h = static_cast<int>(input_shape[1]), w = static_cast<int>(input_shape[2]);
+  ops::Pool2DGeometry g;
+  g.k_h = g.k_w = pool;
+  g.stride_h = g.stride_w = stride;
+  if (padding == Padding::kSame) {
+    const auto c = ops::Conv2DGeometry::same(h, w, pool, pool, stride, stride);
+    g.pad_top = c.pad_top;
+    g.pad_bottom = c.pad_bottom;
+    g.pad_left = c.pad_left;
+    g.pad_right = c.pad_right;
+  }
+  MIRROR_CHECK(g.out_h(h) > 0 && g.out_w(w) > 0, InvalidArgument,
+               layer.name() + " (" + layer.kind() + "): window " + std::to_string(pool) +
+                   " larger than input " + shape_str(input_shape));
+  return g;
+}
+
 void check_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype) {
   bool ok = x.defined() && x.rank() == static_cast<int>(inner.size()) + 1 && x.dtype() == dtype;
   for (std::size_t i = 0; ok && i < inner.size(); ++i) {

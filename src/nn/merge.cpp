@@ -128,22 +128,9 @@ Shape AveragePooling2D::build(const Shape& input_shape, DType dtype, Device, Ini
   require_image(*this, input_shape);
   input_shape_ = input_shape;
   dtype_ = dtype;
-  const int h = static_cast<int>(input_shape[1]), w = static_cast<int>(input_shape[2]);
-  geometry_ = {};
-  geometry_.k_h = geometry_.k_w = pool_;
-  geometry_.stride_h = geometry_.stride_w = stride_;
-  if (padding_ == Padding::kSame) {
-    const auto g = ops::Conv2DGeometry::same(h, w, pool_, pool_, stride_, stride_);
-    geometry_.pad_top = g.pad_top;
-    geometry_.pad_bottom = g.pad_bottom;
-    geometry_.pad_left = g.pad_left;
-    geometry_.pad_right = g.pad_right;
-  }
-  const int oh = geometry_.out_h(h), ow = geometry_.out_w(w);
-  MIRROR_CHECK(oh > 0 && ow > 0, InvalidArgument,
-               name() + " (average_pooling2d): window " + std::to_string(pool_) +
-                   " larger than input " + shape_str(input_shape));
-  return {input_shape[0], oh, ow};
+  geometry_ = detail::pool_geometry(*this, input_shape, pool_, stride_, padding_);
+  return {input_shape[0], geometry_.out_h(static_cast<int>(input_shape[1])),
+          geometry_.out_w(static_cast<int>(input_shape[2]))};
 }
 
 Tensor AveragePooling2D::forward(const Tensor& x, ForwardContext&) {

@@ -178,6 +178,11 @@ namespace detail {
 /// rank 1 + inner.size(), the inner dims equal `inner` (dims given as -1 match anything) and
 /// the dtype matches.
 void check_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype);
+/// The windows of a pool x pool pooling layer over an image [C, H, W]: TensorFlow's "same"
+/// padding is the convolution rule with the window as kernel. Throws InvalidArgument naming the
+/// layer when the window is larger than the (padded) input.
+ops::Pool2DGeometry pool_geometry(const Layer& layer, const Shape& input_shape, int pool,
+                                  int stride, Padding padding);
 /// A Parameter named "<layer>/<what>" holding `value`, with a zero gradient like it.
 Parameter make_parameter(const Layer& layer, const std::string& what, Tensor value);
 }  // namespace detail
