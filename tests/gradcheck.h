@@ -3,6 +3,8 @@
 // which compares a layer's backward (input and parameter gradients) with central differences.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -101,6 +103,23 @@ inline GradCheckReport check_layer(nn::Layer& layer, const Tensor& x, nn::Forwar
     record(p->name, p->grad.to_vector<double>(), numeric_gradient(p->value, loss, eps));
   }
   return report;
+}
+
+/// Builds `layer` for `input_shape` in float64 with a fixed seed and names it (gradient checks
+/// run in float64, where central differences are accurate to ~1e-8).
+template <class L>
+L& built(L& layer, const Shape& input_shape, const std::string& name = "layer_1") {
+  layer.set_name(name);
+  nn::InitRng rng(42);
+  layer.build(input_shape, DType::kFloat64, Device::cpu(), rng);
+  return layer;
+}
+
+/// The report covers `tensors` tensors and each one's relative error is at most `tol`.
+inline void expect_gradients_within(const GradCheckReport& r, std::size_t tensors,
+                                    double tol = 1e-6) {
+  EXPECT_EQ(r.errors.size(), tensors);
+  for (const auto& [what, err] : r.errors) EXPECT_LE(err, tol) << what;
 }
 
 }  // namespace mirror::testing

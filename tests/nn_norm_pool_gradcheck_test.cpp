@@ -12,22 +12,14 @@
 namespace mirror::nn {
 namespace {
 
+using testing::built;
 using testing::check_layer;
 using testing::random_tensor;
 
 constexpr double kTol = 1e-6;
 
-template <class L>
-L& built(L& layer, const Shape& input_shape, const std::string& name = "layer_1") {
-  layer.set_name(name);
-  InitRng rng(42);
-  layer.build(input_shape, DType::kFloat64, Device::cpu(), rng);
-  return layer;
-}
-
 void expect_ok(const testing::GradCheckReport& r, std::size_t tensors) {
-  EXPECT_EQ(r.errors.size(), tensors);
-  for (const auto& [what, err] : r.errors) EXPECT_LE(err, kTol) << what;
+  testing::expect_gradients_within(r, tensors, kTol);
 }
 
 void randomise_parameters(Layer& layer, std::uint64_t seed) {
