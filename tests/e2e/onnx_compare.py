@@ -1,32 +1,32 @@
-"""Runs an exported ONNX file in onnxruntime and compares its outputs with mirror-predict's.
-usage: onnx_compare.py MODEL.onnx INPUT.npy PREDICTED.npy TOLERANCE
+"""Runs exported ONNX files in onnxruntime and compares their outputs with mirror-predict's.
+usage: onnx_compare.py TOLERANCE MODEL.onnx INPUT.npy PREDICTED.npy [MODEL INPUT PREDICTED ...]
 The error is max |onnx - mirror| / max |mirror| (relative to the outputs' scale, so outputs
-near zero do not divide by zero). Exit 1 when it exceeds TOLERANCE or the shapes differ."""
+near zero do not divide by zero); the argmax of every row must agree too. Exit 1 when any
+model exceeds TOLERANCE, gives another shape or a non-finite value."""
 import sys
 
 import numpy as np
 import onnxruntime as ort
 
-model, x_path, y_path, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-x = np.load(x_path)
-if x.dtype.kind in "iu" and x.dtype != np.uint8:
-    x = x.astype(np.int32)  # token ids
-elif x.dtype == np.uint8:
-    x = (x.astype(np.float64) / 255).astype(np.float32)
-else:
-    x = x.astype(np.float32)
+tol, args = float(sys.argv[1]), sys.argv[2:]
 options = ort.SessionOptions()
 options.intra_op_num_threads = 1
 options.log_severity_level = 3
-session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-got = session.run(["output"], {"input": x})[0]
-want = np.load(y_path)
-if got.shape != want.shape:
-    print("FAIL %s: onnxruntime gives %s, mirror-predict %s" % (model, got.shape, want.shape))
-    sys.exit(1)
-scale = max(float(np.abs(want).max()), 1e-30)
-err = float(np.abs(got.astype(np.float64) - want).max()) / scale
-same_argmax = bool((got.reshape(len(got), -1).argmax(1) == want.reshape(len(want), -1).argmax(1)).all())
-print("%s: %d samples, relative error %.2e (tolerance %.0e), argmax %s" %
-      (model, len(x), err, tol, "equal" if same_argmax else "DIFFERS"))
-sys.exit(0 if err <= tol and np.isfinite(got).all() else 1)
+failed = 0
+for model, x_path, y_path in zip(args[0::3], args[1::3], args[2::3]):
+    x = np.load(x_path)
+    x = x.astype(np.int32) if x.dtype.kind in "iu" else x.astype(np.float32)  # ids or floats
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    got = session.run(["output"], {"input": x})[0]
+    want = np.load(y_path)
+    if got.shape != want.shape:
+        print("FAIL %s: onnxruntime gives %s, mirror-predict %s" % (model, got.shape, want.shape))
+        failed += 1
+        continue
+    err = float(np.abs(got.astype(np.float64) - want).max()) / max(float(np.abs(want).max()), 1e-30)
+    argmax = (got.reshape(len(got), -1).argmax(1) == want.reshape(len(want), -1).argmax(1)).all()
+    ok = err <= tol and np.isfinite(got).all() and argmax
+    print("%s %s: %d samples, relative error %.2e (tolerance %.0e), argmax %s" %
+          ("ok  " if ok else "FAIL", model, len(x), err, tol, "equal" if argmax else "DIFFERS"))
+    failed += 0 if ok else 1
+sys.exit(1 if failed else 0)
