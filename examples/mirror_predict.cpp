@@ -1,6 +1,6 @@
 // mirror-predict: runs a trained checkpoint's model on new samples and writes its outputs as a
-// float32 .npy [N, classes]. Under mpirun every rank predicts one contiguous share of the
-// samples and rank 0 writes the one file, in input order. The engine is tools/predict.cpp.
+// float32 .npy [N, classes]. Under mpirun the batches are dealt to the ranks round-robin and
+// rank 0 writes the one file, in input order. The engine is tools/predict.cpp.
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <string>
@@ -127,9 +127,17 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
   if (code) return code;
   const std::int64_t n = inputs.count(), r = rt.world_rank(), size = rt.world_size();
   const std::int64_t classes = mirror::shape_numel(model.output_shape());
+  // Note [Predict batches]: the batches are the same whatever the number of ranks (rows
+  // [k B, (k + 1) B)), dealt round-robin (batch k to rank k mod size), so every row meets the
+  // same kernels with the same batch and the file is bit for bit that of one rank.
+  const std::int64_t batches = (n + f.batch_size - 1) / f.batch_size;
   std::vector<float> mine;
   code = agreed(rt, [&] {
-    mine = pr::run_model(model, inputs, n * r / size, n * (r + 1) / size, f.batch_size);
+    for (std::int64_t k = r; k < batches; k += size) {
+      const std::int64_t begin = k * f.batch_size, end = std::min(n, begin + f.batch_size);
+      const std::vector<float> part = pr::run_model(model, inputs, begin, end, f.batch_size);
+      mine.insert(mine.end(), part.begin(), part.end());
+    }
     if (f.output_kind == "probabilities") pr::to_probabilities(mine, classes);
   });
   if (code) return code;
@@ -141,9 +149,13 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     if (r != 0) return;
     std::vector<float> all;
     all.reserve(static_cast<std::size_t>(n * classes));
-    for (const std::string& s : shares) {  // rank order = input order
-      const auto* p = reinterpret_cast<const float*>(s.data());
-      all.insert(all.end(), p, p + s.size() / sizeof(float));
+    std::vector<std::size_t> read(shares.size(), 0);  // floats taken from each rank's share
+    for (std::int64_t k = 0; k < batches; ++k) {  // input order: batch k came from rank k % size
+      const std::string& s = shares[static_cast<std::size_t>(k % size)];
+      const auto rows = std::min(n, (k + 1) * f.batch_size) - k * f.batch_size;
+      const auto* p = reinterpret_cast<const float*>(s.data()) + read[k % size];
+      all.insert(all.end(), p, p + rows * classes);
+      read[k % size] += static_cast<std::size_t>(rows * classes);
     }
     pr::write_npy(f.output, shape, all);
     std::cerr << "mirror-predict: " << n << " samples -> " << f.output << " (" << f.output_kind
