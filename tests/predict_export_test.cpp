@@ -11,6 +11,7 @@
 
 #include "mirror/error.h"
 #include "mirror/nn/recurrent.h"
+#include "mirror/ops.h"
 #include "temp_dir.h"
 #include "tools/onnx_export.h"
 #include "tools/predict.h"
@@ -121,6 +122,17 @@ TEST(PredictCheckpoint, RoundTripsAndRefusesClearly) {
   for (std::size_t i = 0; i < trained.parameters().size(); ++i) {
     EXPECT_EQ(rebuilt.parameters()[i]->value.to_vector<float>(),
               trained.parameters()[i]->value.to_vector<float>());
+  }
+  // A checkpoint kept in bfloat16 loads as its float32 values.
+  train::NamedTensors half;
+  for (const auto& [name, t] : tensors) half[name] = ops::cast(t, DType::kBFloat16);
+  train::write_safetensors(dir.path() / "bf16.safetensors", half, meta);
+  nn::Sequential from_half = predict::build_model(
+      predict::load_checkpoint_model((dir.path() / "bf16.safetensors").string()));
+  for (nn::Parameter* p : from_half.parameters()) {
+    EXPECT_EQ(p->value.dtype(), DType::kFloat32);
+    EXPECT_EQ(p->value.to_vector<float>(),
+              ops::cast(half.at(p->name), DType::kFloat32).to_vector<float>());
   }
   tensors.erase("gru_1/recurrent_kernel");
   train::write_safetensors(dir.path() / "partial.safetensors", tensors, meta);

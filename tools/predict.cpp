@@ -18,7 +18,7 @@
 #include "mirror/data/npy.h"
 #include "mirror/data/token_text.h"
 #include "mirror/error.h"
-#include "mirror/nn/cnn_layers.h"
+#include "mirror/ops.h"
 
 namespace mirror::predict {
 namespace fs = std::filesystem;
@@ -93,10 +93,11 @@ nn::Sequential build_model(const CheckpointModel& checkpoint, Device device) {
     if (it->second.dtype() == value.dtype()) {
       value.copy_from(it->second);
     } else {
-      // A checkpoint kept in another precision: its values, as the model's float32.
-      const auto values = nn::detail::host_values(it->second);
-      value.copy_from(
-          nn::detail::from_host(values, value.dtype(), value.device()).reshape(value.shape()));
+      // A checkpoint kept in another precision (float16, bfloat16, float64): as float32.
+      MIRROR_CHECK(is_floating(it->second.dtype()), DataError,
+                   file + ": tensor '" + name + "' is " + it->second.str() +
+                       ", not a floating-point weight");
+      value.copy_from(ops::cast(it->second, value.dtype()));
     }
   };
   for (nn::Parameter* p : model.parameters()) load(p->name, p->value);
