@@ -44,6 +44,9 @@ resolved="$(ldd "$prefix/bin/mirror-train" | sed -n 's/.*libmirror\.so[^ ]* => \
   { ldd "$prefix/bin/mirror-train"; fail "mirror-train does not load libmirror.so from $libdir"; }
 "$prefix/bin/mirror-doctor" --help >/dev/null || fail "installed mirror-doctor does not run"
 "$prefix/bin/mirror-train" --help >/dev/null || fail "installed mirror-train does not run"
+for program in mirror-predict mirror-export; do
+  "$prefix/bin/$program" --help >/dev/null || fail "installed $program does not run"
+done
 
 step "every public header compiles alone"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"

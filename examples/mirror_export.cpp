@@ -1,0 +1,95 @@
+// mirror-export: writes a trained checkpoint's model as an ONNX file (opset 17) that ONNX
+// runtimes run with the outputs mirror-predict gives. The op mapping is tools/onnx_export.cpp
+// (docs/predict-export.md); the file is written with protobuf from the vendored schema subset.
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "mirror/error.h"
+#include "tools/onnx_export.h"
+#include "tools/predict.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kAbout =
+    "mirror-export: a trained model (a mirror-train checkpoint) as an ONNX file.\n"
+    "  mirror-export --checkpoint run/ck --onnx model.onnx\n"
+    "The graph (opset 17) takes 'input' (float [N, sample...], or int32 token ids [N, T] with\n"
+    "0 as trailing padding) and gives 'output' (float [N, outputs]): the logits, or with\n"
+    "--output-kind probabilities their softmax, as mirror-predict computes them.\n"
+    "Exit status: 0 written, 2 bad flags, input or a layer that cannot be exported, 1 other.\n\n"
+    "Options";
+
+void write_file(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  MIRROR_CHECK(f != nullptr, mirror::Error, "cannot write " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) std::remove(tmp.c_str());
+  MIRROR_CHECK(ok && closed, mirror::Error, "cannot write " + path + ": " + std::strerror(err));
+  MIRROR_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, mirror::Error,
+               "cannot write " + path + ": " + std::strerror(errno));
+}
+
+int run(const std::string& checkpoint, const std::string& onnx, const std::string& kind) {
+  MIRROR_CHECK(!checkpoint.empty() && !onnx.empty(), mirror::InvalidArgument,
+               "--checkpoint and --onnx are required (see mirror-export --help)");
+  MIRROR_CHECK(kind == "logits" || kind == "probabilities", mirror::InvalidArgument,
+               "--output-kind must be logits or probabilities, got '" + kind + "'");
+  const mirror::predict::CheckpointModel ck = mirror::predict::load_checkpoint_model(checkpoint);
+  mirror::nn::Sequential model = mirror::predict::build_model(ck, mirror::Device::cpu());
+  mirror::onnx::ExportOptions options;
+  options.probabilities = kind == "probabilities";
+  options.tokens = mirror::predict::input_spec(model).tokens;
+  options.name = ck.spec.name();
+  const mirror::onnx::Graph graph = mirror::onnx::export_onnx(model, options);
+  write_file(onnx, mirror::onnx::serialize(graph, MIRROR_VERSION));
+  std::cerr << "mirror-export: model '" << ck.spec.name() << "' (" << model.layers().size()
+            << " layers, " << graph.nodes.size() << " ONNX nodes, opset " << graph.opset
+            << ") from " << ck.file.string() << " -> " << onnx << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string checkpoint, onnx, kind = "logits";
+  po::options_description options(kAbout);
+  options.add_options()("help,h", "show this help")(
+      "checkpoint", po::value(&checkpoint),
+      "a checkpoint file, or a --checkpoint-dir (its newest valid checkpoint)")(
+      "onnx", po::value(&onnx), "the ONNX file to write")(
+      "output-kind", po::value(&kind)->default_value("logits"),
+      "logits, or probabilities (a Softmax at the end)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "mirror-export: " << e.what() << " (see mirror-export --help)\n";
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  try {
+    return run(checkpoint, onnx, kind);
+  } catch (const mirror::InvalidArgument& e) {
+    std::cerr << "mirror-export: error: " << e.what() << "\n";
+    return 2;
+  } catch (const mirror::DataError& e) {
+    std::cerr << "mirror-export: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "mirror-export: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,406 @@
+// mirror-predict's engine: the checkpoint's model and the inputs (files read here), and batched
+// inference in the evaluation's mode. Inputs are checked against the model before anything runs
+// so that a wrong file is one message naming both sides, never a failure deep in a layer.
+#include "tools/predict.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "mirror/data/arrays.h"
+#include "mirror/data/csv.h"
+#include "mirror/data/idx.h"
+#include "mirror/data/npy.h"
+#include "mirror/data/token_text.h"
+#include "mirror/error.h"
+#include "mirror/ops.h"
+
+namespace mirror::predict {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kOptimizerPrefix = "optimizer/";
+
+train::LoadedCheckpoint read_checkpoint(const std::string& path) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  MIRROR_CHECK(fs::exists(status), DataError,
+               "cannot open checkpoint " + path + ": " + std::strerror(ec ? ec.value() : ENOENT) +
+                   " (give a checkpoint file or the --checkpoint-dir of a mirror-train run)");
+  if (!fs::is_directory(status)) return {0, path, train::read_safetensors(path)};
+  train::CheckpointManager manager(path, 0);
+  train::CheckpointScan scan = manager.scan();
+  if (scan.found) return std::move(*scan.found);
+  std::string why = path + " holds no valid checkpoint";
+  if (scan.files == 0) why += ": no ckpt-*.safetensors file in it";
+  for (const auto& [file, reason] : scan.rejected) why += "\n  " + file.string() + ": " + reason;
+  throw DataError(why);
+}
+
+}  // namespace
+
+CheckpointModel load_checkpoint_model(const std::string& path) {
+  train::LoadedCheckpoint loaded = read_checkpoint(path);
+  CheckpointModel out;
+  out.file = loaded.path;
+  const train::Metadata& meta = loaded.file.metadata;
+  // Only the keys read here matter: others (a newer trainer's) are ignored.
+  const auto model = meta.find("mirror.model");
+  MIRROR_CHECK(model != meta.end(), DataError,
+               out.file.string() +
+                   " has no model spec (metadata 'mirror.model'): it was not written by "
+                   "mirror-train, so the model cannot be rebuilt; predict with the program that "
+                   "trained it");
+  const auto json = nlohmann::json::parse(model->second, nullptr, false);
+  try {
+    MIRROR_CHECK(!json.is_discarded() && json.is_object(), InvalidArgument, "not a JSON object");
+    out.spec = nn::ModelSpec::from_json(json, out.file.string() + " 'mirror.model'");
+    MIRROR_CHECK(out.spec.bound(), InvalidArgument, "the spec is not bound to data");
+  } catch (const Error& e) {
+    throw DataError(out.file.string() +
+                    ": its model description (metadata 'mirror.model') is not a model spec (" +
+                    e.what() +
+                    "); a checkpoint of a C++ Task that builds its own model cannot be rebuilt "
+                    "here: predict with the program that trained it");
+  }
+  if (const auto step = meta.find("mirror.step"); step != meta.end()) {
+    std::from_chars(step->second.data(), step->second.data() + step->second.size(), out.step);
+  }
+  for (auto& [name, t] : loaded.file.tensors) {
+    if (name.rfind(kOptimizerPrefix, 0) != 0) out.weights.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+nn::Sequential build_model(const CheckpointModel& checkpoint, Device device) {
+  nn::Sequential model = nn::make_model(checkpoint.spec, DType::kFloat32, device, 0);
+  const std::string file = checkpoint.file.string();
+  auto load = [&](const std::string& name, Tensor& value) {
+    const auto it = checkpoint.weights.find(name);
+    MIRROR_CHECK(it != checkpoint.weights.end(), DataError,
+                 file + " lacks tensor '" + name +
+                     "' of its own model spec (the file is "
+                     "incomplete)");
+    MIRROR_CHECK(it->second.shape() == value.shape(), DataError,
+                 file + ": tensor '" + name + "' is " + shape_str(it->second.shape()) +
+                     " but the model spec needs " + shape_str(value.shape()));
+    if (it->second.dtype() == value.dtype()) {
+      value.copy_from(it->second);
+    } else {
+      // A checkpoint kept in another precision (float16, bfloat16, float64): as float32.
+      MIRROR_CHECK(is_floating(it->second.dtype()), DataError,
+                   file + ": tensor '" + name + "' is " + it->second.str() +
+                       ", not a floating-point weight");
+      value.copy_from(ops::cast(it->second, value.dtype()));
+    }
+  };
+  for (nn::Parameter* p : model.parameters()) load(p->name, p->value);
+  for (nn::Buffer* b : model.buffers()) load(b->name, b->value);
+  return model;
+}
+
+InputSpec input_spec(nn::Sequential& model) {
+  InputSpec spec;
+  spec.sample_shape = model.input_shape();
+  for (auto& layer : model.layers()) {
+    if (layer->kind() == "embedding") {
+      spec.tokens = true;
+      spec.vocab = layer->config().at("vocab").get<std::int64_t>();
+      spec.sample_shape = {-1};  // any sequence length: the layers take the batch's T
+      break;
+    }
+    if (layer->kind() != "masking") break;
+  }
+  return spec;
+}
+
+// ---------------------------------------------------------------- input files
+
+Inputs read_array_input(const std::string& path) {
+  const data::NumericArray a = data::parse_array_file(data::read_file_bytes(path), path);
+  MIRROR_CHECK(!a.shape.empty(), DataError,
+               path +
+                   ": a scalar holds no samples; save an array [N, ...] with one sample per "
+                   "row");
+  Inputs in;
+  in.shape = Shape(a.shape.begin(), a.shape.end());
+  const std::int64_t n = a.numel();
+  if (a.type == data::ElementType::kInt32 || a.type == data::ElementType::kInt64) {
+    in.tokens = true;
+    in.ids.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t id = a.integer(i);
+      MIRROR_CHECK(id >= 0 && id < INT32_MAX, DataError,
+                   path + ": token id " + std::to_string(id) + " at element " + std::to_string(i) +
+                       " is outside [0, 2^31 - 1); ids must be >= 0 (0 = padding)");
+      in.ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
+    }
+    return in;
+  }
+  const double scale = a.type == data::ElementType::kUInt8 ? 1.0 / 255.0 : 1.0;
+  in.floats.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = a.value(i) * scale;
+    MIRROR_CHECK(std::isfinite(v), DataError,
+                 path + ": element " + std::to_string(i) + " is " + std::to_string(v) +
+                     "; inputs must be finite numbers");
+    in.floats[static_cast<std::size_t>(i)] = static_cast<float>(v);
+  }
+  return in;
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  const std::vector<std::uint8_t> bytes = data::read_file_bytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool parse_float(std::string_view cell, float& value) {
+  cell = trim(cell);
+  if (!cell.empty() && cell.front() == '+') cell.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
+  return !cell.empty() && ec == std::errc() && end == cell.data() + cell.size() &&
+         std::isfinite(value);
+}
+
+std::vector<std::string_view> split(std::string_view line, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t end = std::min(line.find(sep, at), line.size());
+    out.push_back(line.substr(at, end - at));
+    if (end == line.size()) return out;
+    at = end + 1;
+  }
+}
+
+}  // namespace
+
+Inputs read_csv_input(const std::string& path, const std::string& label_column) {
+  Inputs in;
+  if (!label_column.empty()) {
+    // The training format: the data layer's reader drops the label column with every check.
+    data::CsvOptions o;
+    o.label_column = label_column;
+    o.float_targets = true;  // any number in the label column is accepted (and ignored)
+    const auto ds = data::load_csv(path, o);
+    const std::int64_t features = shape_numel(ds->sample_shape());
+    in.shape = {ds->size(), features};
+    in.floats.resize(static_cast<std::size_t>(ds->size() * features));
+    for (std::int64_t i = 0; i < ds->size(); ++i)
+      ds->decode_float(i, in.floats.data() + i * features);
+    return in;
+  }
+  const std::string text = read_text(path);
+  std::istringstream lines(text);
+  std::string line;
+  std::int64_t number = 0, columns = -1, rows = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    std::string_view view = trim(line);
+    if (number == 1 && view.substr(0, 3) == "\xEF\xBB\xBF") view.remove_prefix(3);
+    if (view.empty()) continue;
+    const auto cells = split(view, ',');
+    std::vector<float> values(cells.size());
+    bool numeric = true;
+    for (std::size_t c = 0; c < cells.size() && numeric; ++c)
+      numeric = parse_float(cells[c], values[c]);
+    if (!numeric && columns < 0 && rows == 0) {  // a header row
+      columns = static_cast<std::int64_t>(cells.size());
+      continue;
+    }
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      MIRROR_CHECK(parse_float(cells[c], values[c]), DataError,
+                   path + ", line " + std::to_string(number) + ", column " + std::to_string(c) +
+                       ": '" + std::string(trim(cells[c])).substr(0, 40) +
+                       "' is not a finite number (every column is a feature; drop a label "
+                       "column with --label-column)");
+    }
+    if (columns < 0) columns = static_cast<std::int64_t>(cells.size());
+    MIRROR_CHECK(static_cast<std::int64_t>(cells.size()) == columns, DataError,
+                 path + ", line " + std::to_string(number) + ": " + std::to_string(cells.size()) +
+                     " fields, the first row has " + std::to_string(columns));
+    in.floats.insert(in.floats.end(), values.begin(), values.end());
+    ++rows;
+  }
+  MIRROR_CHECK(rows > 0, DataError, path + ": the CSV file has no data row");
+  in.shape = {rows, columns};
+  return in;
+}
+
+Inputs read_token_input(const std::string& path, bool labeled) {
+  std::vector<std::vector<std::int32_t>> seqs;
+  if (labeled) {
+    const auto ds = data::load_token_text(path);
+    for (std::int64_t i = 0; i < ds->size(); ++i) {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(ds->length(i)));
+      ds->decode_tokens(i, ids.data(), ds->length(i));
+      seqs.push_back(std::move(ids));
+    }
+  } else {
+    const std::string text = read_text(path);
+    std::istringstream lines(text);
+    std::string line;
+    std::int64_t number = 0;
+    while (std::getline(lines, line)) {
+      ++number;
+      std::istringstream fields(line);
+      std::vector<std::int32_t> ids;
+      std::string field;
+      while (fields >> field) {
+        std::int64_t id = -1;
+        const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), id);
+        MIRROR_CHECK(
+            ec == std::errc() && end == field.data() + field.size() && id >= 0 && id < INT32_MAX,
+            DataError,
+            path + ", line " + std::to_string(number) + ": '" + field.substr(0, 40) +
+                "' is not a token id (an integer >= 0); lines hold ids only (with a "
+                "label first, pass --tokens-labeled)");
+        ids.push_back(static_cast<std::int32_t>(id));
+      }
+      if (!ids.empty()) seqs.push_back(std::move(ids));
+    }
+  }
+  MIRROR_CHECK(!seqs.empty(), DataError, path + ": no sequence (one line of token ids each)");
+  std::size_t width = 0;
+  for (const auto& s : seqs) width = std::max(width, s.size());
+  Inputs in;
+  in.tokens = true;
+  in.shape = {static_cast<std::int64_t>(seqs.size()), static_cast<std::int64_t>(width)};
+  in.ids.assign(seqs.size() * width, 0);
+  for (std::size_t i = 0; i < seqs.size(); ++i)
+    std::copy(seqs[i].begin(), seqs[i].end(), in.ids.begin() + static_cast<long>(i * width));
+  return in;
+}
+
+void reshape_samples(Inputs& inputs, const Shape& shape) {
+  const Shape sample(inputs.shape.begin() + 1, inputs.shape.end());
+  MIRROR_CHECK(shape_numel(shape) == shape_numel(sample), InvalidArgument,
+               "--input-shape " + shape_str(shape) + " has " + std::to_string(shape_numel(shape)) +
+                   " elements, the input's samples " + shape_str(sample) + " have " +
+                   std::to_string(shape_numel(sample)));
+  inputs.shape = shape;
+  inputs.shape.insert(inputs.shape.begin(), sample.empty() ? 0 : inputs.count());
+}
+
+void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what) {
+  const Shape sample(inputs.shape.begin() + 1, inputs.shape.end());
+  MIRROR_CHECK(inputs.tokens == spec.tokens, InvalidArgument,
+               what + " holds " + (inputs.tokens ? "integer token ids" : "float values") +
+                   " but the checkpoint's model reads " +
+                   (spec.tokens ? "token ids (int32/int64 .npy [N, T] or --input-tokens)"
+                                : "float samples " + shape_str(spec.sample_shape)));
+  bool fits = sample.size() == spec.sample_shape.size();
+  for (std::size_t i = 0; fits && i < sample.size(); ++i)
+    fits = spec.sample_shape[i] < 0 || spec.sample_shape[i] == sample[i];
+  MIRROR_CHECK(fits, InvalidArgument,
+               what + ": the checkpoint's model expects samples of shape " +
+                   shape_str(spec.sample_shape) + " but found " + shape_str(sample) + " (" +
+                   std::to_string(inputs.count()) + " samples)" +
+                   (!spec.tokens && shape_numel(sample) == shape_numel(spec.sample_shape)
+                        ? "; the element counts agree: pass --input-shape to reshape"
+                        : ""));
+  MIRROR_CHECK(inputs.count() > 0, InvalidArgument, what + " holds no sample");
+  if (!spec.tokens) return;
+  const std::int64_t t = sample[0];
+  for (std::int64_t i = 0; i < inputs.count(); ++i) {
+    bool any = false;
+    for (std::int64_t s = 0; s < t; ++s) {
+      const std::int32_t id = inputs.ids[static_cast<std::size_t>(i * t + s)];
+      MIRROR_CHECK(id < spec.vocab, DataError,
+                   what + ": token id " + std::to_string(id) + " of sample " + std::to_string(i) +
+                       ", step " + std::to_string(s) +
+                       " is outside the checkpoint's vocabulary [0, " + std::to_string(spec.vocab) +
+                       "); map unknown words to an id the model was trained with");
+      any = any || id != 0;
+    }
+    MIRROR_CHECK(any, DataError,
+                 what + ": sample " + std::to_string(i) +
+                     " has no token (every id is 0, the padding id); remove the row");
+  }
+}
+
+// ---------------------------------------------------------------- inference
+
+std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::int64_t begin,
+                             std::int64_t end, std::int64_t batch_size) {
+  MIRROR_CHECK(batch_size >= 1, InvalidArgument,
+               "--batch-size must be >= 1, got " + std::to_string(batch_size));
+  const Shape sample(inputs.shape.begin() + 1, inputs.shape.end());
+  const std::int64_t per = shape_numel(sample), out_per = shape_numel(model.output_shape());
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>((end - begin) * out_per));
+  for (std::int64_t b = begin; b < end; b += batch_size) {
+    const std::int64_t n = std::min(batch_size, end - b);
+    Shape shape = sample;
+    shape.insert(shape.begin(), n);
+    nn::ForwardContext ctx;  // training = false: moving statistics, no dropout
+    Tensor x;
+    if (inputs.tokens) {
+      const auto* src = inputs.ids.data() + b * per;
+      x = Tensor::from_vector(std::vector<std::int32_t>(src, src + n * per), shape);
+      // The loader's lengths (last non-zero id + 1), which every sequence layer reads.
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::int32_t len = 1;
+        for (std::int64_t s = 0; s < per; ++s)
+          if (src[i * per + s] != 0) len = static_cast<std::int32_t>(s + 1);
+        ctx.lengths.push_back(len);
+      }
+    } else {
+      const auto* src = inputs.floats.data() + b * per;
+      x = Tensor::from_vector(std::vector<float>(src, src + n * per), shape);
+    }
+    const Tensor y = model.forward(x.to(model.device()), ctx).to(Device::cpu());
+    const auto values = y.to_vector<float>();
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+void to_probabilities(std::vector<float>& values, std::int64_t classes) {
+  for (std::size_t row = 0; row + static_cast<std::size_t>(classes) <= values.size();
+       row += static_cast<std::size_t>(classes)) {
+    float* v = values.data() + row;
+    const double top = *std::max_element(v, v + classes);
+    double sum = 0;
+    for (std::int64_t c = 0; c < classes; ++c) sum += std::exp(double(v[c]) - top);
+    for (std::int64_t c = 0; c < classes; ++c)
+      v[c] = static_cast<float>(std::exp(double(v[c]) - top) / sum);
+  }
+}
+
+void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& values) {
+  data::NumericArray a;
+  a.type = data::ElementType::kFloat32;
+  a.shape = std::vector<std::int64_t>(shape.begin(), shape.end());
+  a.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
+  const std::vector<std::uint8_t> bytes = data::encode_npy(a);
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  MIRROR_CHECK(f != nullptr, Error, "cannot write " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) std::remove(tmp.c_str());
+  MIRROR_CHECK(ok && closed, Error, "cannot write " + path + ": " + std::strerror(err));
+  MIRROR_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Error,
+               "cannot write " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace mirror::predict

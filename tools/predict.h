@@ -1,0 +1,79 @@
+// defines: the engine of mirror-predict (and the model half of mirror-export): a model rebuilt
+// from a checkpoint's recorded spec and weights, the prediction inputs read from .npy, CSV or
+// token-text files and checked against the model, batched inference, and the .npy writer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mirror/nn/models.h"
+#include "mirror/train/checkpoint.h"
+
+namespace mirror::predict {
+
+/// A checkpoint's model: the bound spec it recorded ('mirror.model') and its weights.
+struct CheckpointModel {
+  std::filesystem::path file;   // the checkpoint that was read
+  std::int64_t step = 0;        // 'mirror.step' (0 when absent)
+  nn::ModelSpec spec;           // bound
+  train::NamedTensors weights;  // parameters and buffers (no optimizer state)
+};
+
+/// Reads FILE, or the newest valid checkpoint of DIR (each corrupt one skipped is listed in the
+/// error when none is valid). Error (with the system's reason) for a missing path; DataError for
+/// a corrupt file or one without a model spec (a C++ Task's checkpoint, or another tool's).
+CheckpointModel load_checkpoint_model(const std::string& path);
+
+/// Builds the spec on `device` and loads the checkpoint's weights and moving statistics into it;
+/// DataError naming the tensor when one is missing or has another shape.
+nn::Sequential build_model(const CheckpointModel& checkpoint, Device device = Device::cpu());
+
+/// What the model reads: one sample's shape, token ids or floats, and the vocabulary.
+struct InputSpec {
+  Shape sample_shape;  // [C, H, W], [T, F], [F] or [T] (ids); -1 = any
+  bool tokens = false;
+  std::int64_t vocab = 0;  // token models: ids lie in [0, vocab)
+};
+InputSpec input_spec(nn::Sequential& model);
+
+/// Samples to predict: float32 values or int32 token ids, [count, sample...] row-major.
+struct Inputs {
+  Shape shape;  // with the sample count first
+  bool tokens = false;
+  std::vector<float> floats;
+  std::vector<std::int32_t> ids;
+  std::int64_t count() const { return shape.empty() ? 0 : shape[0]; }
+};
+
+/// A .npy or IDX file (gzip accepted): uint8 is scaled by 1/255 as mirror-train does, other
+/// numbers are read as floats; int32/int64 [N, T] are token ids.
+Inputs read_array_input(const std::string& path);
+/// A CSV of numeric feature columns (a header row is detected as in training); `label_column`
+/// (a name or 0-based index) is dropped when given, so a training file can be used as is.
+Inputs read_csv_input(const std::string& path, const std::string& label_column);
+/// Token text: one sequence per line, ids separated by spaces or tabs, padded with 0 to the
+/// longest line; `labeled` skips the first field (the training format "label id id ...").
+Inputs read_token_input(const std::string& path, bool labeled);
+
+/// Reshapes float samples to `shape` (mirror-train's --input-shape): InvalidArgument when the
+/// element counts differ.
+void reshape_samples(Inputs& inputs, const Shape& shape);
+/// InvalidArgument naming what the model expects and what the input holds (the sample shape,
+/// ids versus floats); DataError for a token id outside the vocabulary or an all-padding row.
+void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what);
+
+/// The model's outputs for samples [begin, end) in batches of `batch_size`: inference mode
+/// (BatchNormalization's moving statistics, no dropout); token sequences get their lengths
+/// (last non-zero id + 1) as in training. Returns [end - begin, output...] row-major floats.
+std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::int64_t begin,
+                             std::int64_t end, std::int64_t batch_size);
+
+/// Softmax over each row of `classes` values, in double.
+void to_probabilities(std::vector<float>& values, std::int64_t classes);
+
+/// Writes a float32 .npy; Error naming the file and the system's reason when it cannot.
+void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& values);
+
+}  // namespace mirror::predict
