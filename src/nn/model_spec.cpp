@@ -1051,6 +1051,7 @@ struct ModelSpecParser {
     if (j.contains("description") && !j["description"].is_string()) {
       throw InvalidArgument(source + ", field 'description': expected a string");
     }
+    if (j.contains("description")) spec.description_ = j["description"].get<std::string>();
     if (j.contains("input_shape") && !j["input_shape"].is_null()) {
       state_input(j["input_shape"], false, "input_shape", [&](const std::string& m) {
         throw InvalidArgument(source + ", field 'input_shape': " + m);
@@ -1151,7 +1152,12 @@ ModelSpec ModelSpec::from_file(const std::string& path) {
     throw DataError("model spec " + path + ": not valid JSON: " + e.what());
   }
   ModelSpec spec = from_json(j, path);
-  spec.name_ = std::filesystem::path(path).stem().string();
+  // The spec's own name (Mirror's "name", a Keras model's config.name) when it states one.
+  const auto states = [](const json& o) {
+    return o.is_object() && o.contains("name") && o["name"].is_string();
+  };
+  const bool named = states(j) || (j.is_object() && j.contains("config") && states(j["config"]));
+  if (!named) spec.name_ = std::filesystem::path(path).stem().string();
   return spec;
 }
 

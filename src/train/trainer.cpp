@@ -45,6 +45,15 @@ LogMode log_mode(const TrainConfig& c) {
   return c.overwrite ? LogMode::kOverwrite : LogMode::kNew;
 }
 
+/// A C++ Task in the start-up line: its model_description (the first line, cut to 120
+/// characters), so the log says which model this is.
+std::string task_label(const std::string& description) {
+  if (description.empty()) return "custom (a C++ Task; Task.model_description is empty)";
+  std::string text = description.substr(0, description.find('\n'));
+  if (text.size() > 120) text = text.substr(0, 117) + "...";
+  return "\"" + text + "\" (a C++ Task)";
+}
+
 std::string shape_text(const Shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
@@ -170,10 +179,12 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     if (given) {
       task = std::move(*given);
       model_name = "custom";
+      model_label = task_label(task.model_description);
     } else {
       ConfigTask built = task_from_config(config);
       task = std::move(built.task);
       model_name = std::move(built.name);
+      model_label = std::move(built.label);
       from_config = true;
       for (const std::string& w : built.warnings) {
         if (is_root()) progress.message("[mirror] warning: " + w);
@@ -201,7 +212,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
   agree_on_setup(runtime, [&] { open_outputs(); });
   start = restore();  // a checkpoint that cannot be resumed is a set-up error too
   if (is_root()) {
-    progress.message("[mirror] model " + model_name + ": " +
+    progress.message("[mirror] model " + model_label + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +

@@ -31,6 +31,7 @@ namespace mirror::train {
 struct ConfigTask {
   Task task;
   std::string name;
+  std::string label;  // for the log: the name, and the spec file and its description when given
   std::vector<std::string> warnings;  // about the data (Note [Data magnitude]); rank 0 prints
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
@@ -185,6 +186,7 @@ struct Trainer::Impl {
   dist::DeviceSelection selection;
   Task task;
   std::string model_name;    // for messages: the spec's name, or "custom"
+  std::string model_label;   // for the start-up line: the name with its source or description
   bool from_config = false;  // the task was built from the config (a model spec)
   std::string checksum;      // data_checksum of the task's data
   dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
