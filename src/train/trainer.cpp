@@ -227,7 +227,7 @@ void Trainer::Impl::open_outputs() {
     check_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
   }
   if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, log_mode(config));
-  if (!config.trace.empty()) check_writable_file(config.trace, "--trace");
+  if (!config.trace.empty()) check_trace_file();
   if (!config.tensorboard.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(config.tensorboard, ec);
@@ -235,6 +235,33 @@ void Trainer::Impl::open_outputs() {
         !ec, InvalidArgument,
         "--tensorboard " + config.tensorboard + ": cannot create the folder: " + ec.message());
     check_writable_dir(config.tensorboard, "--tensorboard");
+  }
+}
+
+namespace {
+/// A regular file with something in it: a trace that a new one would replace or continue.
+bool holds_data(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > 0;
+}
+}  // namespace
+
+// Note [Appended traces] (trace.cpp): --trace follows --log-jsonl's rules.
+void Trainer::Impl::check_trace_file() const {
+  check_writable_file(config.trace, "--trace");
+  std::error_code ec;
+  const LogMode mode = log_mode(config);
+  MIRROR_CHECK(mode != LogMode::kNew || !std::filesystem::is_regular_file(config.trace, ec),
+               InvalidArgument,
+               "the trace '" + config.trace +
+                   "' already exists; pass --overwrite to replace it, --resume to append this "
+                   "run to it, or name another file with --trace");
+  if (mode != LogMode::kAppend || !holds_data(config.trace)) return;
+  try {
+    read_trace_file(config.trace);
+  } catch (const DataError& e) {
+    throw InvalidArgument(std::string(e.what()) +
+                          "; a resumed run appends to its --trace: name another file");
   }
 }
 
@@ -408,8 +435,28 @@ void Trainer::Impl::write_trace() {
   const auto all = runtime.all_gather_string(trace.serialise());
   if (!is_root()) return;
   try {
-    write_trace_file(config.trace, merge_traces(all));
-  } catch (const Error& e) {  // Note [Telemetry failures]
+    nlohmann::json merged = merge_traces(all);
+    if (log_mode(config) != LogMode::kAppend || !holds_data(config.trace)) {
+      write_trace_file(config.trace, merged);
+      return;
+    }
+    // Note [Appended traces]: the earlier runs' events stay in the file until the whole new
+    // content is written beside it.
+    const std::string marker = start.global_step > 0
+                                   ? "resumed after step " + std::to_string(start.global_step)
+                                   : "new run (--resume-or-start found no checkpoint)";
+    merged = append_trace(read_trace_file(config.trace), merged, marker,
+                          {{"step", start.global_step}, {"resume", config.resume}});
+    const std::string partial = config.trace + ".partial";
+    try {
+      write_trace_file(partial, merged);
+      std::filesystem::rename(partial, config.trace);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(partial, ec);
+      throw;
+    }
+  } catch (const std::exception& e) {  // Note [Telemetry failures]
     warn_telemetry_failure(e, "the trace");
   }
 }

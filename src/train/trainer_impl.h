@@ -217,6 +217,9 @@ struct Trainer::Impl {
   /// TensorBoard paths, so that an unwritable path fails before training (Note [Telemetry
   /// failures], trainer_observers.cpp).
   void open_outputs();
+  /// --trace: writable; an existing file is refused unless --overwrite or --resume, and with
+  /// --resume it must be a trace this run can append to (Note [Appended traces], trace.cpp).
+  void check_trace_file() const;
   void make_loaders();
   StartPoint restore();
   // restore's parts (train_resume.cpp)
