@@ -151,7 +151,8 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     : runtime(rt),
       config(std::move(cfg)),
       trace(rt.world_rank(), !config.trace.empty()),
-      progress(rt.world_rank() == 0, config.progress && isatty(STDOUT_FILENO) != 0) {
+      progress(rt.world_rank() == 0,
+               config.progress && rt.world_rank() == 0 && stdout_shows_a_terminal()) {
   config.validate();
   // Refused at once, not after loading the data (rank 0 writes the log).
   agree_on_setup(runtime, [&] {

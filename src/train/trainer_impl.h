@@ -127,7 +127,8 @@ struct EpochEvent {
   std::int64_t global_step = 0;
   MetricSums train;
   std::optional<MetricSums> test;
-  double seconds = 0;
+  double seconds = 0;       // training and evaluation
+  double eval_seconds = 0;  // evaluation's part of `seconds`
   std::int64_t samples = 0;
   double data_wait_seconds = 0;
 };
@@ -141,6 +142,10 @@ class FitObserver {
   virtual void on_epoch(const EpochEvent&) {}
   virtual void on_end(const FitSummary&) {}
 };
+
+/// Whether the user watches this process's stdout on a terminal (Note [Progress bar under a
+/// launcher], progress.cpp): isatty, and under mpirun the launcher's stdout.
+bool stdout_shows_a_terminal();
 
 /// Console output on rank 0: a progress bar on a terminal (unless --no-progress), plain lines
 /// per epoch and the summary always.
