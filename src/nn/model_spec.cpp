@@ -1145,6 +1145,10 @@ ModelSpec ModelSpec::from_file(const std::string& path) {
   MIRROR_CHECK(in.good(), DataError,
                "model spec " + path + ": cannot open the file: " +
                    (open_errno != 0 ? std::strerror(open_errno) : "unknown reason"));
+  std::error_code ec;
+  MIRROR_CHECK(!std::filesystem::is_directory(path, ec), DataError,
+               "model spec " + path + ": cannot read the file: " + std::strerror(EISDIR) +
+                   "; give a JSON file");
   json j;
   try {
     j = parse_json_input(in, "model spec " + path);  // Note [Hostile input]

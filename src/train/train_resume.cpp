@@ -290,6 +290,11 @@ std::string Trainer::Impl::find_checkpoint(std::string& found) {
                      ": no such folder; STARTING FRESH from step 0");
     return {};
   }
+  std::error_code ec;
+  MIRROR_CHECK(exists || !fs::exists(config.resume, ec), InvalidArgument,
+               "--resume " + config.resume +
+                   ": not a folder; give the checkpoint folder (--checkpoint-dir of the run), "
+                   "not a checkpoint file");
   MIRROR_CHECK(exists, InvalidArgument,
                "--resume " + config.resume +
                    ": no such folder (--resume-or-start starts fresh when there is none)");
