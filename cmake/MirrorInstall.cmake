@@ -62,3 +62,11 @@ install(FILES ${PROJECT_BINARY_DIR}/mirror.pc DESTINATION ${CMAKE_INSTALL_LIBDIR
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/launch/mirrorrun DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/launch/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR}
         RENAME mirrorrun.md)
+# The user documentation beside the library, laid out as in the repository so that the README's
+# links (docs/...) hold: README.md, docs/*.md, and the external-project example docs/cpp-api.md
+# prints (tests/e2e/install_external.sh checks they are installed).
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/external_project
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)

@@ -511,25 +511,59 @@ DeviceSelection Runtime::setup_devices(const DeviceRequest& request) {
   const GpuReport& gpus = discover_gpus();
   DeviceSelection selection =
       select_devices(request, local_rank_, local_size_, gpus, node_gpu_views(gpus));
-  if (!selection.warning.empty()) {
-    std::string text;
-    std::size_t start = 0;
-    while (start < selection.warning.size()) {
-      auto end = selection.warning.find('\n', start);
-      if (end == std::string::npos) end = selection.warning.size();
-      text += "[mirror rank " + std::to_string(world_rank_) + "] " +
-              selection.warning.substr(start, end - start) + "\n";
-      start = end + 1;
-    }
-    std::fwrite(text.data(), 1, text.size(), stderr);
-    std::fflush(stderr);
-  }
+  print_fallback_warnings(selection.warning);
   for (const Device& d : selection.devices) set_memory_policy(d, selection.memory_policy);
   const Device first = selection.devices.front();
   check_same_across_ranks("replicas per rank", std::to_string(selection.devices.size()) + " x " +
                                                    (first.is_cpu() ? "cpu" : "cuda"));
   log_startup(selection.devices, selection.cpu_fallback ? "CPU fallback" : "");
   return selection;
+}
+
+// Note [One fallback banner]: the CPU-fallback warning is loud (a framed banner) so that nobody
+// misses it, but printed by every rank it became 6 lines times the ranks. Rank 0 prints each
+// distinct warning once, with the ranks (grouped by host) that it is about: ranks on hosts with
+// and without GPUs, or with different reasons, still get a banner each.
+void Runtime::print_fallback_warnings(const std::string& mine) {
+  const auto all = all_gather_string(host_ + "\n" + mine);
+  if (world_rank_ != 0) return;
+  std::vector<std::string> order;  // distinct warnings, by their first rank
+  std::map<std::string, std::vector<std::pair<std::string, int>>> who;  // -> (host, rank)
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const std::size_t nl = all[r].find('\n');
+    const std::string warning = all[r].substr(nl + 1);
+    if (warning.empty()) continue;
+    if (!who.count(warning)) order.push_back(warning);
+    who[warning].emplace_back(all[r].substr(0, nl), static_cast<int>(r));
+  }
+  std::string text;
+  for (const std::string& warning : order) {
+    std::string ranks;  // "0, 1 on host a; 2 on host b"
+    std::string host;
+    for (const auto& [h, r] : who[warning]) {
+      if (h != host && !host.empty())
+        ranks += " on host " + host + "; ";
+      else if (!host.empty())
+        ranks += ", ";
+      ranks += std::to_string(r);
+      host = h;
+    }
+    ranks += " on host " + host;
+    const std::size_t n = who[warning].size();
+    std::string lines = warning;
+    if (lines.back() != '\n') lines += '\n';
+    // The ranks go right under the WARNING line (the banner's second).
+    std::size_t at = lines.find('\n', lines.find('\n') + 1);
+    at = at == std::string::npos ? 0 : at + 1;
+    lines.insert(at, std::string(n == 1 ? "  rank: " : "  ranks: ") + ranks + " (" +
+                         std::to_string(n) + " of " + std::to_string(all.size()) + ")\n");
+    for (std::size_t start = 0, end; (end = lines.find('\n', start)) != std::string::npos;
+         start = end + 1)
+      text += "[mirror] " + lines.substr(start, end - start) + "\n";
+  }
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
 }
 
 void Runtime::log_startup(const std::vector<Device>& devices, const std::string& note) {

@@ -8,7 +8,10 @@
 // Run it under mpirun / launch/mirrorrun; rank 0 prints the table.
 #include <boost/program_options.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -177,9 +180,14 @@ std::vector<int> parse_int_list(const std::string& text, const char* flag) {
 }
 
 std::string read_text(const std::string& path, const char* what) {
+  std::error_code ec;
+  MIRROR_CHECK(!std::filesystem::is_directory(path, ec), mirror::InvalidArgument,
+               std::string(what) + " '" + path + "' cannot be read: " + std::strerror(EISDIR));
+  errno = 0;
   std::ifstream in(path);
   MIRROR_CHECK(in.good(), mirror::InvalidArgument,
-               std::string(what) + " '" + path + "' cannot be read");
+               std::string(what) + " '" + path +
+                   "' cannot be read: " + std::strerror(errno != 0 ? errno : EIO));
   std::stringstream s;
   s << in.rdbuf();
   return s.str();

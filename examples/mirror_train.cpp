@@ -112,7 +112,8 @@ po::options_description make_options() {
       "allow-config-change", "resume with another seed, optimizer, lr or global batch (warns)")(
       "overwrite-checkpoints", "a fresh run deletes the checkpoints already in --checkpoint-dir")(
       "log-jsonl", po::value<std::string>(), "write per-step and per-epoch metrics as JSON lines")(
-      "overwrite", "let --log-jsonl replace an existing file (--resume appends to it)")(
+      "overwrite",
+      "let --log-jsonl and --trace replace an existing file (--resume appends to them)")(
       "tensorboard", po::value<std::string>(), "write TensorBoard scalar summaries into DIR")(
       "trace", po::value<std::string>(), "write a Chrome trace (all ranks merged)")(
       "no-progress", "no progress bar")(

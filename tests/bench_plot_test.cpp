@@ -1,5 +1,6 @@
 // mirror-bench train's plot: both panels from 0 and autoscaled over every curve (nothing
-// clipped), a scaling-efficiency panel with the no-comm ceiling under --baseline, the run's
+// clipped), a scaling-efficiency panel with the no-comm ceiling under --baseline (drawn at
+// most at 1, a higher measurement named in its key), the run's
 // settings in the title, and one model name per model (gru-rows, gru as its alias). When
 // gnuplot is installed the script is also run and must draw a PNG.
 #include <gtest/gtest.h>
@@ -31,6 +32,20 @@ TEST(BenchPlot, DataHasIdealEfficiencyAndCeiling) {
   auto no_baseline = rows();
   no_baseline[1].compute_only_efficiency = 0;
   EXPECT_EQ(train_bench_plot_data(no_baseline), "1 1000 1000 1 NaN\n2 1700 2000 0.85 NaN\n");
+}
+
+TEST(BenchPlot, ACeilingAboveOneIsDrawnAtOneAndExplained) {
+  auto noisy = rows();
+  EXPECT_EQ(ceiling_note(noisy), "") << "0.95 needs no comment";
+  noisy[1].compute_only_efficiency = 1.511;
+  EXPECT_EQ(train_bench_plot_data(noisy), "1 1000 1000 1 1\n2 1700 2000 0.85 1\n");
+  const std::string note = ceiling_note(noisy);
+  EXPECT_NE(note.find("measured 1.511 at 2 replicas, drawn at 1"), std::string::npos) << note;
+  EXPECT_NE(note.find("noise"), std::string::npos) << note;
+  TrainBenchOptions o;
+  o.baseline = true;
+  const std::string g = train_bench_gnuplot(o, "out.png", "out.dat", note);
+  EXPECT_NE(g.find("title 'no-comm ceiling (" + note + ")'"), std::string::npos) << g;
 }
 
 TEST(BenchPlot, TwoPanelsFromZeroWithTheSettingsInTheTitle) {
@@ -65,8 +80,10 @@ TEST(BenchPlot, GnuplotDrawsIt) {
   TrainBenchOptions o;
   o.baseline = true;
   const auto png = dir.path() / "p.png", dat = dir.path() / "p.dat", gp = dir.path() / "p.gp";
-  std::ofstream(dat) << train_bench_plot_data(rows());
-  std::ofstream(gp) << train_bench_gnuplot(o, png.string(), dat.string());
+  auto noisy = rows();
+  noisy[1].compute_only_efficiency = 1.2;
+  std::ofstream(dat) << train_bench_plot_data(noisy);
+  std::ofstream(gp) << train_bench_gnuplot(o, png.string(), dat.string(), ceiling_note(noisy));
   ASSERT_EQ(std::system(("gnuplot " + gp.string()).c_str()), 0);
   EXPECT_GT(std::filesystem::file_size(png), 1000u);
 }

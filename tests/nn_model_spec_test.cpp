@@ -487,6 +487,25 @@ TEST(ModelSpecFile, ReadsFilesAndNamesThemInErrors) {
   }
 }
 
+TEST(ModelSpecFile, TheSpecsOwnNameWinsOverTheFileStem) {
+  testing_util::TempDir dir("mirror-spec");
+  const std::string mirror = (dir.path() / "v2.json").string();
+  std::ofstream(mirror) << R"({"name": "small-mlp", "description": "two dense layers",
+      "layers": [{"type": "flatten"}, {"type": "dense"}]})";
+  const ModelSpec spec = ModelSpec::from_file(mirror);
+  EXPECT_EQ(spec.name(), "small-mlp");
+  EXPECT_EQ(spec.description(), "two dense layers");
+  EXPECT_EQ(spec.bind(kImages).description(), "two dense layers");
+  const std::string keras = (dir.path() / "exported.json").string();
+  std::ofstream(keras) << R"({"class_name": "Sequential", "config": {"name": "my_keras_net",
+      "layers": [{"class_name": "Flatten", "config": {}}, {"class_name": "Dense",
+      "config": {"units": 10}}]}})";
+  EXPECT_EQ(ModelSpec::from_file(keras).name(), "my_keras_net");
+  const std::string unnamed = (dir.path() / "plain.json").string();
+  std::ofstream(unnamed) << R"({"layers": [{"type": "flatten"}, {"type": "dense"}]})";
+  EXPECT_EQ(ModelSpec::from_file(unnamed).name(), "plain");
+}
+
 // ---------------------------------------------------------------- stride 2, even kernel
 
 // TensorFlow's "same" for a 4x4 kernel at stride 2 on 7x7: out = ceil(7 / 2) = 4, total

@@ -265,6 +265,29 @@ TEST_F(Resume, ChangedConfigNeedsAllowConfigChange) {
   EXPECT_EQ(fit(batch).steps, 2 + 4);
 }
 
+// A spec file's checkpoints written while the log named it by its stem resume once the spec
+// states a name of its own: the name is not the architecture (Trainer::Impl::same_model).
+TEST(ResumeSpec, ASpecRenamedInItsFileStillResumes) {
+  TempDir dir("mirror-resume-spec");
+  const fs::path spec = dir.path() / "mlp.json";
+  const std::string layers = R"("layers": [{"type": "flatten"}, {"type": "dense"}])";
+  std::ofstream(spec) << "{" << layers << "}";
+  train::TrainConfig c = quiet_cpu_config();
+  c.model_spec = spec.string();
+  c.data = "synthetic";
+  c.train_limit = 48;
+  c.test_limit = 12;
+  c.max_steps = 2;
+  c.checkpoint_dir = (dir.path() / "ck").string();
+  EXPECT_EQ(train::Trainer(runtime(), c).fit().final_step, 2);
+  std::ofstream(spec) << R"({"name": "renamed", )" << layers << "}";
+  c.resume = c.checkpoint_dir;
+  c.max_steps = 4;
+  const train::FitSummary s = train::Trainer(runtime(), c).fit();
+  EXPECT_EQ(s.final_step, 4);
+  EXPECT_EQ(s.steps, 2);
+}
+
 TEST_F(Resume, AFreshRunRefusesAnotherRunsCheckpoints) {
   train::TrainConfig c = base_;
   c.max_steps = 4;

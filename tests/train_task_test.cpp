@@ -53,6 +53,14 @@ TEST(TrainerTask, TrainsACustomModelAndEvaluates) {
   EXPECT_EQ(trainer.model().parameters().size(), 4u);
 }
 
+TEST(TrainerTask, TheStartUpLineShowsTheTasksDescription) {
+  ::testing::internal::CaptureStdout();
+  train::Trainer trainer(runtime(), quiet_cpu_config(), blob_task());
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("[mirror] model \"blob mlp hidden 8\" (a C++ Task): "), std::string::npos)
+      << out;
+}
+
 TEST(TrainerTask, NoTestSplitMeansNoEvaluation) {
   train::Trainer trainer(runtime(), quiet_cpu_config(), blob_task(/*with_test=*/false));
   const train::FitSummary s = trainer.fit();

@@ -247,5 +247,55 @@ TEST(Trace, WritesAFileChromeCanLoad) {
   EXPECT_THROW(write_trace_file("/proc/nope/trace.json", back), InvalidArgument);
 }
 
+TEST(Trace, AppendedRunFollowsTheEarlierOneAfterAMarker) {
+  TraceRecorder first(0), second(0);
+  first.record("step 1", "train", 0.0, 10.0);
+  first.record("step 2", "train", 10.0, 15.0);  // the earlier run ends at 25 us
+  second.record("step 3", "train", 0.0, 7.0);   // the resumed run's clock starts at 0 again
+  const json earlier = merge_traces({first.serialise()});
+  const json both = append_trace(earlier, merge_traces({second.serialise()}),
+                                 "resumed after step 2", {{"step", 2}});
+  std::vector<std::string> names;
+  int process_names = 0;
+  for (const json& e : both["traceEvents"]) {
+    if (e["ph"] == "M") {
+      ++process_names;
+      continue;
+    }
+    names.push_back(e["name"]);
+    if (e["name"] == "step 3") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 25.0 + kAppendGapUs);
+    }
+    if (e["name"] == "resumed after step 2") {
+      EXPECT_EQ(e["ph"], "i");
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 25.0 + kAppendGapUs);
+      EXPECT_EQ(e["args"]["step"], 2);
+    }
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"step 1", "step 2", "resumed after step 2", "step 3"}));
+  EXPECT_EQ(process_names, 1) << "rank 0's name is kept once";
+  EXPECT_EQ(count_badly_nested(both), 0u);
+}
+
+TEST(Trace, ReadingAFileNamesItAndTheReason) {
+  const fs::path p = temp_path("not-a-trace.json");
+  std::ofstream(p) << R"([1, 2])";
+  try {
+    read_trace_file(p);
+    ADD_FAILURE() << "a JSON array was read as a trace";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a Chrome trace"), std::string::npos) << e.what();
+  }
+  fs::remove(p);
+  try {
+    read_trace_file(p);
+    ADD_FAILURE() << "a missing file was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mirror::train

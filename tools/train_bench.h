@@ -76,12 +76,17 @@ struct TrainBenchRow {
 };
 
 /// The plot's data: per row, replicas, samples/s, ideal samples/s (linear from the first row),
-/// scaling efficiency and the no-comm ceiling (NaN when not measured).
+/// scaling efficiency and the no-comm ceiling (NaN when not measured; at most 1, Note [Ceiling
+/// above 1]).
 std::string train_bench_plot_data(const std::vector<TrainBenchRow>& rows);
+/// Note [Ceiling above 1]: "" when every measured no-comm ceiling is at most 1, else a note
+/// naming the largest ("1.511 at 2 replicas") and saying it is noise, drawn at 1.
+std::string ceiling_note(const std::vector<TrainBenchRow>& rows);
 /// The gnuplot script drawing `dat` into `png`: samples/s and scaling efficiency (with the
-/// no-comm ceiling under --baseline), both from 0, the run's settings in the title.
+/// no-comm ceiling under --baseline, `note` from ceiling_note() in its key), both from 0, the
+/// run's settings in the title.
 std::string train_bench_gnuplot(const TrainBenchOptions& o, const std::string& png,
-                                const std::string& dat);
+                                const std::string& dat, const std::string& note = "");
 
 /// Validates the options; throws InvalidArgument naming the bad one.
 void check_train_bench_options(const TrainBenchOptions& o);

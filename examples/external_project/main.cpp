@@ -3,6 +3,7 @@
 // by an in-memory Dataset written here. Mirror's generic fit loop (train::Trainer with a Task)
 // trains it data-parallel across the MPI ranks, evaluates it, and writes checkpoints and a
 // JSON-lines log when given a folder. Run:  mpirun -np 2 ./spirals [epochs [output folder]]
+// docs/cpp-api.md explains each part; this file is the example printed there.
 //
 // Each rank prints its weights fingerprint at the end: they are equal on every rank (every
 // replica applies the same averaged update), and the loss falls epoch by epoch.
@@ -63,15 +64,16 @@ class Spirals : public mirror::data::Dataset {
   std::vector<float> points_;
 };
 
-/// The model: 2 -> 64 -> 64 -> 3, ReLU. Built identically on every device it is asked for.
-mirror::nn::Sequential make_model(mirror::Device device) {
+/// The model: 2 -> 64 -> 64 -> 3, ReLU. Built identically on every device it is asked for, and
+/// built (initialised) here: build() on the replica's device, with the run's seed.
+mirror::nn::Sequential make_model(mirror::Device device, std::uint64_t seed) {
   using mirror::nn::Dense;
   using mirror::ops::Activation;
   mirror::nn::Sequential model;
   model.emplace<Dense>(64, Activation::kRelu);
   model.emplace<Dense>(64, Activation::kRelu);
   model.emplace<Dense>(kClasses);
-  model.build({2}, /*seed=*/7, mirror::DType::kFloat32, device);
+  model.build({2}, seed, mirror::DType::kFloat32, device);
   return model;
 }
 
@@ -90,16 +92,22 @@ int train(mirror::dist::Runtime& runtime, int epochs, const std::string& output)
     config.log_jsonl = output + "/log.jsonl";
   }
   train::Task task;
-  task.model = make_model;
+  task.model = [seed = config.seed](Device device) { return make_model(device, seed); };
   task.model_description = "spirals MLP 2-64-64-3";
   task.train = std::make_shared<Spirals>(1536, /*seed=*/11);
   task.test = std::make_shared<Spirals>(384, /*seed=*/12);
 
-  train::Trainer trainer(runtime, config, task);
-  const train::FitSummary summary = trainer.fit();
-  std::printf("rank %d weights fingerprint %016llx\n", runtime.world_rank(),
-              static_cast<unsigned long long>(summary.weights_fingerprint));
-  return 0;
+  try {
+    train::Trainer trainer(runtime, config, task);
+    const train::FitSummary summary = trainer.fit();
+    std::printf("rank %d weights fingerprint %016llx\n", runtime.world_rank(),
+                static_cast<unsigned long long>(summary.weights_fingerprint));
+    return 0;
+  } catch (const train::JobStopped& e) {
+    // A set-up error every rank agreed on (or a diverged run): one rank prints it, all exit.
+    if (e.speaker()) std::fprintf(stderr, "spirals: %s\n", e.what());
+    return e.exit_code();
+  }
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // buffer is allocated, so absurd dimensions never turn into a huge allocation.
 #include "mirror/data/idx.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -316,17 +319,26 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
 }
 
 std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::string& hint) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  MIRROR_CHECK(in.good(), DataError,
-               "cannot open " + path + ": " + std::strerror(errno != 0 ? errno : EIO) +
-                   (hint.empty() ? std::string() : "; " + hint));
-  const std::streamoff size = in.tellg();
-  MIRROR_CHECK(size >= 0, DataError, "cannot read " + path + " (not a regular file?)");
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
-  MIRROR_CHECK(in.good() || (size == 0), DataError, "error while reading " + path);
+  // open(2) and read(2), so every failure has the system's reason: a folder opens as a stream
+  // but reads as EISDIR (and an ifstream's tellg of it is garbage).
+  const std::string advice = hint.empty() ? std::string() : "; " + hint;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  MIRROR_CHECK(fd >= 0, DataError, "cannot open " + path + ": " + std::strerror(errno) + advice);
+  struct stat st {};
+  const bool is_dir = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+  std::vector<std::uint8_t> bytes;
+  if (!is_dir && S_ISREG(st.st_mode)) bytes.reserve(static_cast<std::size_t>(st.st_size));
+  int err = is_dir ? EISDIR : 0;
+  std::uint8_t chunk[1 << 16];
+  while (err == 0) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    bytes.insert(bytes.end(), chunk, chunk + n);
+  }
+  ::close(fd);
+  MIRROR_CHECK(err == 0, DataError, "cannot read " + path + ": " + std::strerror(err) + advice);
   return bytes;
 }
 

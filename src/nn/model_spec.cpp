@@ -362,6 +362,7 @@ void ModelSpecParser::mirror_model(const json& j) {
   if (j.contains("description") && !j["description"].is_string()) {
     throw InvalidArgument(source + ", field 'description': expected a string");
   }
+  if (j.contains("description")) spec.description_ = j["description"].get<std::string>();
   if (j.contains("input_shape") && !j["input_shape"].is_null()) {
     state_input(j["input_shape"], false, "input_shape", [&](const std::string& m) {
       throw InvalidArgument(source + ", field 'input_shape': " + m);
@@ -454,6 +455,10 @@ ModelSpec ModelSpec::from_file(const std::string& path) {
   MIRROR_CHECK(in.good(), DataError,
                "model spec " + path + ": cannot open the file: " +
                    (open_errno != 0 ? std::strerror(open_errno) : "unknown reason"));
+  std::error_code ec;
+  MIRROR_CHECK(!std::filesystem::is_directory(path, ec), DataError,
+               "model spec " + path + ": cannot read the file: " + std::strerror(EISDIR) +
+                   "; give a JSON file");
   json j;
   try {
     j = parse_json_input(in, "model spec " + path);  // Note [Hostile input]
@@ -461,7 +466,12 @@ ModelSpec ModelSpec::from_file(const std::string& path) {
     throw DataError("model spec " + path + ": not valid JSON: " + e.what());
   }
   ModelSpec spec = from_json(j, path);
-  spec.name_ = std::filesystem::path(path).stem().string();
+  // The spec's own name (Mirror's "name", a Keras model's config.name) when it states one.
+  const auto states = [](const json& o) {
+    return o.is_object() && o.contains("name") && o["name"].is_string();
+  };
+  const bool named = states(j) || (j.is_object() && j.contains("config") && states(j["config"]));
+  if (!named) spec.name_ = std::filesystem::path(path).stem().string();
   return spec;
 }
 

@@ -1,9 +1,34 @@
 // Rank 0's console: a redrawn progress bar on a terminal, one line per epoch otherwise.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
+
+// Note [Progress bar under a launcher]: Open MPI gives each rank a pseudo-terminal for its
+// stdout and copies it to mpirun's own stdout, so isatty() is true in a rank even when the user
+// sent mpirun's output to a file or a pipe, and the bar's carriage-return redraws would fill the
+// log. What the user sees is the launcher's stdout: a rank started by a launcher draws the bar
+// only when its parent (mpirun, or mirrorrun's mpirun) writes to a terminal. A rank whose parent
+// is a remote daemon (orted, slurmstepd) finds no terminal there and prints plain lines.
+bool stdout_shows_a_terminal() {
+  if (isatty(STDOUT_FILENO) == 0) return false;
+  bool launched = false;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name); v && *v) launched = true;
+  }
+  if (!launched) return true;
+  const std::string fd = "/proc/" + std::to_string(getppid()) + "/fd/1";
+  char target[256];
+  const ssize_t n = readlink(fd.c_str(), target, sizeof target - 1);
+  if (n <= 0) return false;
+  const std::string where(target, static_cast<std::size_t>(n));
+  return where.starts_with("/dev/pts/") || where.starts_with("/dev/tty");
+}
 
 void Progress::step(int epoch, int epochs, std::int64_t step, std::int64_t steps,
                     double samples_per_s, double eta_s, const MetricSums& metrics) {

@@ -63,8 +63,11 @@ std::string tfrecord(std::string_view payload) {
 }
 
 std::vector<std::string> read_tfrecords(const std::filesystem::path& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  MIRROR_CHECK(in.good(), DataError, "cannot open the event file '" + path.string() + "'");
+  MIRROR_CHECK(in.good(), DataError,
+               "cannot open the event file '" + path.string() +
+                   "': " + std::strerror(errno != 0 ? errno : EIO));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> records;
   std::size_t at = 0;

@@ -207,4 +207,59 @@ void write_trace_file(const std::filesystem::path& path, const json& trace) {
                    "': " + std::strerror(err != 0 ? err : errno));
 }
 
+json read_trace_file(const std::filesystem::path& path) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  MIRROR_CHECK(in.good(), DataError,
+               "cannot open the trace file '" + path.string() +
+                   "': " + std::strerror(errno != 0 ? errno : EIO));
+  json trace;
+  try {
+    trace = json::parse(in);
+  } catch (const json::exception& e) {
+    throw DataError("the trace file '" + path.string() + "' is not valid JSON: " + e.what());
+  }
+  MIRROR_CHECK(
+      trace.is_object() && trace.contains("traceEvents") && trace["traceEvents"].is_array(),
+      DataError,
+      "the trace file '" + path.string() +
+          "' is not a Chrome trace (an object with a \"traceEvents\" array)");
+  return trace;
+}
+
+// Note [Appended traces]: a resumed run's trace continues the file instead of replacing it, as
+// the JSON log does. Each run's clock starts at 0 when fit() starts, and the wall-clock time
+// between the runs is unknown (another machine, days later), so the later run is placed a fixed
+// gap after the earlier one's last event, and an instant event marks where it starts. Track and
+// process names are keyed by (pid, tid), equal in both runs, so they are kept once.
+json append_trace(json earlier, const json& later, const std::string& marker, const json& args) {
+  json& events = earlier["traceEvents"];
+  double end_us = 0;
+  std::set<std::string> metadata;
+  for (const json& e : events) {
+    if (!e.is_object()) continue;
+    if (e.value("ph", "") == "M") metadata.insert(e.dump());
+    if (e.contains("ts") && e["ts"].is_number())
+      end_us = std::max(end_us, e["ts"].get<double>() + e.value("dur", 0.0));
+  }
+  const double shift = end_us + kAppendGapUs;
+  events.push_back({{"name", marker},
+                    {"cat", "resume"},
+                    {"ph", "i"},
+                    {"s", "g"},
+                    {"ts", shift},
+                    {"pid", 0},
+                    {"tid", 0},
+                    {"args", args}});
+  for (json e : later.at("traceEvents")) {
+    if (e.value("ph", "") == "M") {
+      if (metadata.insert(e.dump()).second) events.push_back(std::move(e));
+      continue;
+    }
+    if (e.contains("ts") && e["ts"].is_number()) e["ts"] = e["ts"].get<double>() + shift;
+    events.push_back(std::move(e));
+  }
+  return earlier;
+}
+
 }  // namespace mirror::train

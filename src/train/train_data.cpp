@@ -10,6 +10,7 @@
 #include "mirror/data/fashion_mnist.h"
 #include "mirror/data/synthetic.h"
 #include "mirror/data/words.h"
+#include "mirror/json_input.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
@@ -206,6 +207,13 @@ ConfigTask task_from_config(const TrainConfig& c) {
   const nn::ModelSpec bound = bind_to_data(c, *d.train);
   ConfigTask t;
   t.name = bound.name();
+  t.label = t.name;
+  if (!c.model_spec.empty()) {
+    t.label += " (from " + c.model_spec;
+    if (!bound.description().empty())
+      t.label += ": \"" + quote_input(bound.description(), 120) + "\"";
+    t.label += ")";
+  }
   t.warnings = std::move(d.warnings);
   t.task.train = random_subset(d.train, c.train_limit, c.seed, 0x7261696e);  // "rain"
   t.task.test = d.test ? random_subset(d.test, c.test_limit, c.seed, 0x74657374) : nullptr;

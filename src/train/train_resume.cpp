@@ -203,11 +203,16 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
   if (stored == task.model_description) return true;
   if (!from_config) return false;
   // mirror-train's descriptions are model specs: an older spelling (such as the legacy
-  // {"name": "cnn", ...}) of the same architecture reads back to the same canonical form.
+  // {"name": "cnn", ...}) of the same architecture reads back to the same canonical form. The
+  // name is not the architecture (a spec file's checkpoints of older builds carry its stem).
   try {
-    return nn::ModelSpec::from_json(nlohmann::json::parse(stored), "checkpoint model")
-               .to_json()
-               .dump() == task.model_description;
+    auto canonical = [](const std::string& text) {
+      nlohmann::json j =
+          nn::ModelSpec::from_json(nlohmann::json::parse(text), "checkpoint model").to_json();
+      j.erase("name");
+      return j;
+    };
+    return canonical(stored) == canonical(task.model_description);
   } catch (const std::exception&) {
     return false;
   }
@@ -285,6 +290,11 @@ std::string Trainer::Impl::find_checkpoint(std::string& found) {
                      ": no such folder; STARTING FRESH from step 0");
     return {};
   }
+  std::error_code ec;
+  MIRROR_CHECK(exists || !fs::exists(config.resume, ec), InvalidArgument,
+               "--resume " + config.resume +
+                   ": not a folder; give the checkpoint folder (--checkpoint-dir of the run), "
+                   "not a checkpoint file");
   MIRROR_CHECK(exists, InvalidArgument,
                "--resume " + config.resume +
                    ": no such folder (--resume-or-start starts fresh when there is none)");

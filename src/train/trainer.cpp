@@ -45,6 +45,15 @@ LogMode log_mode(const TrainConfig& c) {
   return c.overwrite ? LogMode::kOverwrite : LogMode::kNew;
 }
 
+/// A C++ Task in the start-up line: its model_description (the first line, cut to 120
+/// characters), so the log says which model this is.
+std::string task_label(const std::string& description) {
+  if (description.empty()) return "custom (a C++ Task; Task.model_description is empty)";
+  std::string text = description.substr(0, description.find('\n'));
+  if (text.size() > 120) text = text.substr(0, 117) + "...";
+  return "\"" + text + "\" (a C++ Task)";
+}
+
 std::string shape_text(const Shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
@@ -142,7 +151,8 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     : runtime(rt),
       config(std::move(cfg)),
       trace(rt.world_rank(), !config.trace.empty()),
-      progress(rt.world_rank() == 0, config.progress && isatty(STDOUT_FILENO) != 0) {
+      progress(rt.world_rank() == 0,
+               config.progress && rt.world_rank() == 0 && stdout_shows_a_terminal()) {
   config.validate();
   // Refused at once, not after loading the data (rank 0 writes the log).
   agree_on_setup(runtime, [&] {
@@ -170,10 +180,12 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     if (given) {
       task = std::move(*given);
       model_name = "custom";
+      model_label = task_label(task.model_description);
     } else {
       ConfigTask built = task_from_config(config);
       task = std::move(built.task);
       model_name = std::move(built.name);
+      model_label = std::move(built.label);
       from_config = true;
       for (const std::string& w : built.warnings) {
         if (is_root()) progress.message("[mirror] warning: " + w);
@@ -201,7 +213,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
   agree_on_setup(runtime, [&] { open_outputs(); });
   start = restore();  // a checkpoint that cannot be resumed is a set-up error too
   if (is_root()) {
-    progress.message("[mirror] model " + model_name + ": " +
+    progress.message("[mirror] model " + model_label + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
@@ -216,7 +228,7 @@ void Trainer::Impl::open_outputs() {
     check_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
   }
   if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, log_mode(config));
-  if (!config.trace.empty()) check_writable_file(config.trace, "--trace");
+  if (!config.trace.empty()) check_trace_file();
   if (!config.tensorboard.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(config.tensorboard, ec);
@@ -224,6 +236,33 @@ void Trainer::Impl::open_outputs() {
         !ec, InvalidArgument,
         "--tensorboard " + config.tensorboard + ": cannot create the folder: " + ec.message());
     check_writable_dir(config.tensorboard, "--tensorboard");
+  }
+}
+
+namespace {
+/// A regular file with something in it: a trace that a new one would replace or continue.
+bool holds_data(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > 0;
+}
+}  // namespace
+
+// Note [Appended traces] (trace.cpp): --trace follows --log-jsonl's rules.
+void Trainer::Impl::check_trace_file() const {
+  check_writable_file(config.trace, "--trace");
+  std::error_code ec;
+  const LogMode mode = log_mode(config);
+  MIRROR_CHECK(mode != LogMode::kNew || !std::filesystem::is_regular_file(config.trace, ec),
+               InvalidArgument,
+               "the trace '" + config.trace +
+                   "' already exists; pass --overwrite to replace it, --resume to append this "
+                   "run to it, or name another file with --trace");
+  if (mode != LogMode::kAppend || !holds_data(config.trace)) return;
+  try {
+    read_trace_file(config.trace);
+  } catch (const DataError& e) {
+    throw InvalidArgument(std::string(e.what()) +
+                          "; a resumed run appends to its --trace: name another file");
   }
 }
 
@@ -397,8 +436,28 @@ void Trainer::Impl::write_trace() {
   const auto all = runtime.all_gather_string(trace.serialise());
   if (!is_root()) return;
   try {
-    write_trace_file(config.trace, merge_traces(all));
-  } catch (const Error& e) {  // Note [Telemetry failures]
+    nlohmann::json merged = merge_traces(all);
+    if (log_mode(config) != LogMode::kAppend || !holds_data(config.trace)) {
+      write_trace_file(config.trace, merged);
+      return;
+    }
+    // Note [Appended traces]: the earlier runs' events stay in the file until the whole new
+    // content is written beside it.
+    const std::string marker = start.global_step > 0
+                                   ? "resumed after step " + std::to_string(start.global_step)
+                                   : "new run (--resume-or-start found no checkpoint)";
+    merged = append_trace(read_trace_file(config.trace), merged, marker,
+                          {{"step", start.global_step}, {"resume", config.resume}});
+    const std::string partial = config.trace + ".partial";
+    try {
+      write_trace_file(partial, merged);
+      std::filesystem::rename(partial, config.trace);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(partial, ec);
+      throw;
+    }
+  } catch (const std::exception& e) {  // Note [Telemetry failures]
     warn_telemetry_failure(e, "the trace");
   }
 }

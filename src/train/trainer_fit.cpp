@@ -204,7 +204,9 @@ EpochEvent Trainer::Impl::end_epoch(EpochRun& run, std::int64_t global_step) {
   e.train = run.metrics;
   e.samples = run.metrics.count;
   e.data_wait_seconds = max_wait(train_loaders) - run.wait_at_start;
+  const auto eval_start = Clock::now();
   e.test = evaluate();
+  e.eval_seconds = seconds_since(eval_start);
   e.seconds = seconds_since(run.start);
   return e;
 }

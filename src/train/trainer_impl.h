@@ -31,6 +31,7 @@ namespace mirror::train {
 struct ConfigTask {
   Task task;
   std::string name;
+  std::string label;  // for the log: the name, and the spec file and its description when given
   std::vector<std::string> warnings;  // about the data (Note [Data magnitude]); rank 0 prints
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
@@ -126,7 +127,8 @@ struct EpochEvent {
   std::int64_t global_step = 0;
   MetricSums train;
   std::optional<MetricSums> test;
-  double seconds = 0;
+  double seconds = 0;       // training and evaluation
+  double eval_seconds = 0;  // evaluation's part of `seconds`
   std::int64_t samples = 0;
   double data_wait_seconds = 0;
 };
@@ -140,6 +142,10 @@ class FitObserver {
   virtual void on_epoch(const EpochEvent&) {}
   virtual void on_end(const FitSummary&) {}
 };
+
+/// Whether the user watches this process's stdout on a terminal (Note [Progress bar under a
+/// launcher], progress.cpp): isatty, and under mpirun the launcher's stdout.
+bool stdout_shows_a_terminal();
 
 /// Console output on rank 0: a progress bar on a terminal (unless --no-progress), plain lines
 /// per epoch and the summary always.
@@ -185,6 +191,7 @@ struct Trainer::Impl {
   dist::DeviceSelection selection;
   Task task;
   std::string model_name;    // for messages: the spec's name, or "custom"
+  std::string model_label;   // for the start-up line: the name with its source or description
   bool from_config = false;  // the task was built from the config (a model spec)
   std::string checksum;      // data_checksum of the task's data
   dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
@@ -215,6 +222,9 @@ struct Trainer::Impl {
   /// TensorBoard paths, so that an unwritable path fails before training (Note [Telemetry
   /// failures], trainer_observers.cpp).
   void open_outputs();
+  /// --trace: writable; an existing file is refused unless --overwrite or --resume, and with
+  /// --resume it must be a trace this run can append to (Note [Appended traces], trace.cpp).
+  void check_trace_file() const;
   void make_loaders();
   StartPoint restore();
   // restore's parts (train_resume.cpp)

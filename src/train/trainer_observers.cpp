@@ -97,11 +97,17 @@ class Console final : public FitObserver {
       std::snprintf(test, sizeof test, " | test loss %.4f %s", e.test->loss(),
                     e.test->text().c_str());
     }
+    // Note [Two rates]: the rate is the training steps' (the progress bar's last figure);
+    // the evaluation's time is shown beside it, and the summary's rate covers the whole run.
+    char eval[64] = "";
+    if (e.test) std::snprintf(eval, sizeof eval, " (evaluation %.1f s)", e.eval_seconds);
     char line[384];
     std::snprintf(line, sizeof line,
-                  "epoch %d/%d: loss %.4f %s%s | %.1f s, %.0f samples/s, data wait %.2f s",
+                  "epoch %d/%d: loss %.4f %s%s | %.1f s%s, %.0f samples/s training, data wait "
+                  "%.2f s",
                   e.epoch + 1, epochs_, e.train.loss(), e.train.text().c_str(), test, e.seconds,
-                  per_second(static_cast<double>(e.samples), e.seconds), e.data_wait_seconds);
+                  eval, per_second(static_cast<double>(e.samples), e.seconds - e.eval_seconds),
+                  e.data_wait_seconds);
     progress_.epoch_done(line);
   }
 
@@ -134,7 +140,8 @@ class Console final : public FitObserver {
     std::snprintf(head, sizeof head, "%s%s%s", partial, *partial && *test ? "\n" : "", test);
     char line[512];
     std::snprintf(line, sizeof line,
-                  "%s\nwall time: %.1f s, %.0f samples/s, %lld steps\n"
+                  "%s\nwall time: %.1f s, %.0f samples/s overall (evaluation and checkpoints "
+                  "included), %lld steps\n"
                   "replicas: %d (rank 0 devices: %s)\nweights fingerprint: %016llx",
                   head, s.wall_seconds, s.samples_per_second, static_cast<long long>(s.steps),
                   s.world_replicas, s.devices.c_str(),

@@ -7,7 +7,7 @@
 #    sizes 2 and 1) the views still follow the nodes;
 #  - mirror-train --devices auto via mirrorrun --hostfile: every rank reports its node and
 #    local rank and the device auto chose: cuda:<local rank> on a node with GPUs, else the
-#    CPU with the loud fallback warning, printed by every rank.
+#    CPU with the loud fallback warning, printed once by rank 0 naming the ranks by node.
 # mirror-train cannot be handed fake GPUs (they come from the CUDA runtime), hence the MPI test.
 # Usage: node_devices.sh <build dir>. Exit 77 = skipped (no namespaces here).
 source "$(dirname "${BASH_SOURCE[0]}")/cluster.bash" "$@"
@@ -32,7 +32,10 @@ for r in 0 1 2 3; do
   case "$line" in
     *" devices cuda:$local "*) ;;
     *" devices cpu:0 "*"CPU fallback")
-      grep -q "^\[mirror rank $r\] WARNING: NO USABLE GPU" auto.err || fail "rank $r fell back to the CPU silently" ;;
+      # One banner (Note [One fallback banner]) names every rank that fell back, by host.
+      grep -q "^\[mirror\] WARNING: NO USABLE GPU" auto.err &&
+        grep "^\[mirror\]   ranks\{0,1\}: " auto.err | grep -qE "(: |, |; )$r(,| on host $(cluster_host $node))" ||
+        fail "rank $r fell back to the CPU silently" ;;
     *) fail "rank $r: no line 'local $local/2 host $(cluster_host $node)' with cuda:$local or the CPU fallback: '$line'" ;;
   esac
 done

@@ -3,7 +3,8 @@
 # negative / larger than the data / too big for the host's memory, non-finite or absurd --lr,
 # negative weight decay, 1.5 epochs in a --config, --config DIR, a spec whose input shape
 # disagrees with the data (at set-up, before any step), a .gz file that is not gzip, a word list
-# with NUL bytes, ranks with different configurations (the first differing key, both values).
+# with NUL bytes, missing files and folders given as files (the path and the system's reason),
+# ranks with different configurations (the first differing key, both values).
 # Messages carry no [file.cpp:123] unless --debug. Usage: input_checks.sh <build dir>.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 unset MIRROR_DEBUG
@@ -85,6 +86,25 @@ printf 'apple\nbanana\ncherry\n' >dict/american-english
 printf 'apfel\nbir\0ne\nkirsche\n' >dict/ngerman
 expect word-nul 3 'ngerman: contains a NUL byte at line 2' -- --model gru-words --dict-dir dict \
   --devices cpu --no-progress
+
+# A file that cannot be read names it and the system's reason, for every kind of input file.
+nofile='No such file or directory'
+expect missing-csv 3 "cannot open /nonexistent/train.csv: $nofile" -- --train-csv /nonexistent/train.csv \
+  --devices cpu --no-progress
+expect missing-npy 3 "cannot open /nonexistent/x.npy: $nofile" -- --train-x /nonexistent/x.npy \
+  --train-y y.npy --devices cpu --no-progress
+expect missing-tokens 3 "cannot open /nonexistent/t.txt: $nofile" -- --train-tokens /nonexistent/t.txt \
+  --devices cpu --no-progress
+expect missing-spec 3 "model spec /nonexistent/m.json: cannot open the file: $nofile" -- "${base[@]}" \
+  --model-spec /nonexistent/m.json
+expect missing-config 2 "cannot read --config /nonexistent/c.json: $nofile" -- "${base[@]}" \
+  --config /nonexistent/c.json
+expect missing-fmnist 3 "Fashion-MNIST file not found: /nonexistent/train-images-idx3-ubyte.gz" -- \
+  --model cnn --data real --data-dir /nonexistent --devices cpu --no-progress
+mkdir adir
+expect dir-csv 3 "cannot read adir: Is a directory" -- --train-csv adir --devices cpu --no-progress
+expect dir-spec 3 "model spec adir: cannot read the file: Is a directory" -- "${base[@]}" --model-spec adir
+expect resume-file 3 "resume x.npy: not a folder; give the checkpoint folder" -- "${base[@]}" --resume x.npy
 
 # Ranks given different configurations: the first differing key and both values.
 if command -v mpirun >/dev/null; then

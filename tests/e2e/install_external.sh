@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Mirror as an installed library: `cmake --install` into a temporary prefix, then, against that
-# prefix only: every public header compiles alone, the installed programs find libmirror.so,
-# examples/external_project (find_package(Mirror)) builds and trains (train::Trainer) under 2 MPI
+# prefix only: the README, docs/ and the example are in share/doc/Mirror, every public header
+# compiles alone, the installed programs find libmirror.so, the example program that
+# docs/cpp-api.md prints (= examples/external_project; find_package(Mirror)), extracted from the
+# installed page, builds and trains (train::Trainer) under 2 MPI
 # ranks with a falling loss, the same weights on both ranks, checkpoints and a JSON-lines log; a
 # consumer links Mirror::mirror_static, and one builds with `pkg-config --cflags --libs mirror`.
 # Usage: install_external.sh BUILD_DIR
@@ -33,7 +35,15 @@ for f in libmirror.a libmirror.so pkgconfig/mirror.pc cmake/Mirror/MirrorConfig.
          cmake/Mirror/MirrorConfigVersion.cmake cmake/Mirror/MirrorTargets.cmake; do
   [[ -e "$libdir/$f" ]] || fail "$libdir/$f is not installed"
 done
-ls "$prefix"/share/doc/*/mirrorrun.md >/dev/null || fail "launch/README.md is not installed"
+docdir="$prefix/share/doc/Mirror"
+[[ -f "$docdir/mirrorrun.md" ]] || fail "launch/README.md is not installed as $docdir/mirrorrun.md"
+[[ -f "$docdir/README.md" ]] || fail "README.md is not installed in $docdir"
+for doc in "$source_dir"/docs/*.md; do
+  cmp -s "$doc" "$docdir/docs/$(basename "$doc")" || fail "docs/$(basename "$doc") is not installed in $docdir/docs"
+done
+for f in CMakeLists.txt main.cpp; do
+  [[ -f "$docdir/examples/external_project/$f" ]] || fail "examples/external_project/$f is not installed"
+done
 soname="$(readelf -d "$libdir/libmirror.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')"
 [[ "$soname" =~ ^libmirror\.so\.[0-9]+\.[0-9]+$ ]] || fail "SONAME is '$soname'"
 [[ -e "$libdir/$soname" ]] || fail "$soname is not installed"
@@ -69,8 +79,11 @@ find "$work/headers" -name '*.cpp' -print0 | sort -z |
     "$work/cflags.txt" {} || fail "a public header does not compile alone"
 echo "$(wc -l <"$work/headers.txt") headers compile alone"
 
-step "examples/external_project (find_package(Mirror), CMAKE_PREFIX_PATH only)"
-cmake -S "$source_dir/examples/external_project" -B "$work/external" -G "$generator" \
+step "docs/cpp-api.md's example (examples/external_project): find_package(Mirror), CMAKE_PREFIX_PATH only"
+# The page's code blocks, as printed there (tests/e2e/docs_examples.sh: they are the files).
+python3 "$source_dir/scripts/doc_examples.py" extract "$docdir/docs/cpp-api.md" "$work/example" ||
+  fail "docs/cpp-api.md holds no example"
+cmake -S "$work/example" -B "$work/external" -G "$generator" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" \
   >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configure external_project"; }
 grep -q "^Mirror_DIR:PATH=$libdir/cmake/Mirror$" "$work/external/CMakeCache.txt" ||
@@ -90,6 +103,7 @@ assert losses[-1] < 0.8 * losses[0], f"the loss did not fall: {losses}"
 prints = re.findall(r"^rank (\d+) weights fingerprint ([0-9a-f]+)", text, re.M)
 assert sorted(r for r, _ in prints) == ["0", "1"], f"expected ranks 0 and 1, found {prints}"
 assert len({f for _, f in prints}) == 1, f"the ranks' weights differ: {prints}"
+assert '[mirror] model "spirals MLP 2-64-64-3" (a C++ Task): ' in text, "the Task's description"
 PY
 
 step "a consumer of Mirror::mirror_static"

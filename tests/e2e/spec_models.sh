@@ -40,7 +40,9 @@ run_spec() {
        --checkpoint-dir "$work/$name-2" >"$work/$name-2.out" 2>&1; then
     fail "$name: 2-rank run"; tail -5 "$work/$name-2.out"; return
   fi
-  grep -q "model $name: " "$work/$name-1.out" || fail "$name: the run does not name the spec"
+  # The spec's own name (NAME: a Keras model's config.name), then the file it came from.
+  grep -qF "[mirror] model ${NAME:-$name} (from $spec" "$work/$name-1.out" ||
+    fail "$name: the run does not name the spec: $(grep '^\[mirror\] model' "$work/$name-1.out")"
   python3 - "$work/$name.jsonl" <<'PY' || fail "$name: the loss did not fall"
 import json, sys
 epochs = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "epoch"]
@@ -71,7 +73,7 @@ MODE=l2 TOLERANCE=3e-2 run_spec "$models/resnet.json" --model resnet "${real_ima
   --sync-batchnorm
 MODE=l2 run_spec "$models/inception.json" --model inception "${real_images[@]}" --sync-batchnorm
 # A Keras 3 functional to_json() (exported once, tests/data/keras/make_functional.py), unchanged.
-MODE=l2 run_spec "$root/tests/data/keras/residual.keras.json" --model resnet "${real_images[@]}" \
+NAME=residual MODE=l2 run_spec "$root/tests/data/keras/residual.keras.json" --model resnet "${real_images[@]}" \
   --sync-batchnorm
 
 [ "$failures" -eq 0 ] || exit 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mirror-train's telemetry from the command line: --log-jsonl refuses an existing file unless
-# --overwrite, and appends with --resume; a 2-rank traced run has no badly nested spans on any
+# mirror-train's telemetry from the command line: --log-jsonl and --trace refuse an existing file
+# unless --overwrite, and append with --resume (the trace after a marker); a 2-rank traced run has no badly nested spans on any
 # (rank, track) row; the console, the log and the trace number epochs and steps alike.
 set -euo pipefail
 build="$1"
@@ -31,6 +31,34 @@ PY
 "$train" "${common[@]}" --log-jsonl "$work/log.jsonl" --overwrite >"$work/d.out" 2>&1 ||
   { cat "$work/d.out"; fail "--overwrite run"; }
 [ "$(grep -c '"type":"step"' "$work/log.jsonl")" = 8 ] || fail "--overwrite did not replace the log"
+
+echo "== --trace: an existing file is refused, --resume appends after a marker"
+"$train" "${common[@]}" --trace "$work/run.trace" --checkpoint-dir "$work/tk" --max-steps 3 \
+  >"$work/f.out" 2>&1 || { cat "$work/f.out"; fail "first traced run"; }
+if "$train" "${common[@]}" --trace "$work/run.trace" >"$work/g.out" 2>&1; then
+  fail "an existing trace was overwritten without --overwrite"
+fi
+grep -q -- "the trace '$work/run.trace' already exists; pass --overwrite" "$work/g.out" ||
+  { cat "$work/g.out"; fail "no clear refusal of the trace"; }
+"$train" "${common[@]}" --trace "$work/run.trace" --resume "$work/tk" >"$work/h.out" 2>&1 ||
+  { cat "$work/h.out"; fail "resumed traced run"; }
+python3 - "$work/run.trace" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+steps = [e["args"]["step"] for e in events if e.get("ph") == "X" and e["name"].startswith("step ")]
+assert steps == list(range(1, 9)), steps  # 3 steps, then the resumed run's 4..8 after them
+marks = [e for e in events if e.get("ph") == "i"]
+assert [m["name"] for m in marks] == ["resumed after step 3"], marks
+step = {e["args"]["step"]: e for e in events if e.get("ph") == "X" and e["name"].startswith("step ")}
+assert step[3]["ts"] + step[3]["dur"] < marks[0]["ts"] <= step[4]["ts"], (step[3], marks, step[4])
+PY
+echo "not a trace" >"$work/junk.trace"
+if "$train" "${common[@]}" --trace "$work/junk.trace" --resume "$work/tk" --max-steps 9 >"$work/i.out" 2>&1; then
+  fail "a resumed run appended to a file that is not a trace"
+fi
+grep -q "is not valid JSON.*a resumed run appends to its --trace: name another file" "$work/i.out" ||
+  { cat "$work/i.out"; fail "no clear refusal of a foreign --trace file"; }
+[ "$(cat "$work/junk.trace")" = "not a trace" ] || fail "the foreign file was changed"
 
 echo "== 2 ranks, traced: spans nest on every row; console, log and trace count alike"
 mpirun --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --bucket-mb 0.001 \

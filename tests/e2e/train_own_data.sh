@@ -49,7 +49,7 @@ for split, n in (("train", 240), ("test", 60)):
         for i in range(n):
             f.write(",".join("%.6f" % v for v in x[i * features:(i + 1) * features]) + ",%d\n" % y[i])
 
-json.dump({"name": "mlp", "layers": [
+json.dump({"name": "small-mlp", "description": "one hidden layer", "layers": [
     {"type": "dense", "units": 16, "activation": "relu"},
     {"type": "dense"}]}, open(out + "/mlp.json", "w"))
 # States 5 outputs: does not fit 3 classes.
@@ -72,7 +72,9 @@ check_run() {
   "$train" "${common[@]}" "$@" --log-jsonl "$work/$name.jsonl" --checkpoint-dir "$work/$name-1" \
     >"$work/$name-1.out" 2>&1 || { cat "$work/$name-1.out"; fail "$name 1-rank run"; }
   grep -q '^test accuracy: ' "$work/$name-1.out" || { cat "$work/$name-1.out"; fail "$name: no test accuracy"; }
-  grep -q '\[mirror\] model mlp: ' "$work/$name-1.out" || { cat "$work/$name-1.out"; fail "$name: spec name"; }
+  # The spec's own name and description, not the file's stem.
+  grep -q '^\[mirror\] model small-mlp (from .*/mlp.json: "one hidden layer"): ' "$work/$name-1.out" ||
+    { cat "$work/$name-1.out"; fail "$name: spec name"; }
   python3 - "$work/$name.jsonl" <<'PY'
 import json, sys
 epochs = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "epoch"]

@@ -118,6 +118,10 @@ class Runtime {
   ///   "[mirror] rank 0/2 local 0/2 host node-a devices cuda:0 (MPI thread level multiple)".
   /// Collective.
   void log_startup(const std::vector<Device>& devices, const std::string& note = "");
+  /// Rank 0 prints each distinct device-selection warning (`mine`: this rank's, "" for none)
+  /// once to stderr, naming the ranks it is about by host (Note [One fallback banner] in
+  /// runtime.cpp). Collective.
+  void print_fallback_warnings(const std::string& mine);
 
   // ---- failure ----
   /// Prints "[mirror rank R] fatal: <message>" to stderr and ends the whole job: MPI_Abort on

@@ -34,7 +34,8 @@ class ModelSpec {
   static ModelSpec builtin(const std::string& name);
   static std::vector<std::string> builtin_names();
   /// Reads a JSON file: Mirror's format, a Keras Sequential.to_json(), or a bare layer list.
-  /// name() becomes the file's stem.
+  /// name() is the spec's own name (Mirror's "name", a Keras model's config.name), or the file's
+  /// stem when it states none.
   static ModelSpec from_file(const std::string& path);
   /// Accepts everything from_file does, to_json()'s output (checkpoints), and the legacy
   /// {"name": "cnn" | "gru-rows" | "gru-words", "num_classes", "vocab", "max_len"} (bound).
@@ -58,8 +59,11 @@ class ModelSpec {
   /// --sync-batchnorm, like PyTorch's convert_sync_batchnorm).
   ModelSpec with_synchronized_batchnorm() const;
 
-  /// The builtin name, the file's stem, or the "name" of the JSON.
+  /// The builtin name, the "name" the JSON states, or (from_file) the file's stem.
   const std::string& name() const { return name_; }
+  /// A Mirror spec's free-text "description" ("" when none; not part of to_json(), so it never
+  /// decides whether a checkpoint fits).
+  const std::string& description() const { return description_; }
   /// Canonical layers ({"type": ..., fields...}), in order.
   const nlohmann::json& layers() const { return layers_; }
   /// The input shape without batch (NCHW for images); -1 for a dimension left open. Empty when
@@ -68,6 +72,7 @@ class ModelSpec {
 
  private:
   std::string name_ = "model";
+  std::string description_;
   nlohmann::json layers_ = nlohmann::json::array();
   Shape input_shape_;
   bool bound_ = false;

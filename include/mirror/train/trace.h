@@ -119,4 +119,16 @@ std::size_t count_badly_nested(const nlohmann::json& trace);
 /// InvalidArgument naming the path when it cannot be written.
 void write_trace_file(const std::filesystem::path& path, const nlohmann::json& trace);
 
+/// Reads a trace file written by write_trace_file: DataError naming the path and the reason
+/// when it cannot be read or is not a {"traceEvents": [...]} object.
+nlohmann::json read_trace_file(const std::filesystem::path& path);
+
+/// Note [Appended traces]: `earlier` (a trace file's content) followed by `later` (this run's
+/// merged trace): later's events shifted to start kAppendGapUs after earlier's last event ends,
+/// an instant event `marker` (args `args`) across all rows where it starts, and later's
+/// metadata (track and process names) that earlier does not already hold.
+inline constexpr double kAppendGapUs = 1e6;
+nlohmann::json append_trace(nlohmann::json earlier, const nlohmann::json& later,
+                            const std::string& marker, const nlohmann::json& args);
+
 }  // namespace mirror::train
