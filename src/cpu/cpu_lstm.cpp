@@ -1,6 +1,7 @@
 // The CPU LSTM (float32 and float64): matrix products through ops::gemm (oneDNN for float32), the
 // element-wise gates from math/lstm_cell.h. Structured like cpu_gru.cpp: the input projection of
-// all steps is one gemm, each step one recurrent gemm plus one fused gate loop.
+// all steps is one gemm, each step one recurrent gemm (accumulated into the step's block of the
+// projection, Note [Time-major products] in cpu_rnn.h) plus one fused, vectorised gate loop.
 //
 // Note [LSTM reserve layout]: forward in training mode returns one 1-D `reserve` tensor holding
 //   states [T+1, N, H]   slot s = hidden state before step s (slot 0 = h0 = 0); steps past a
@@ -8,7 +9,7 @@
 //   cells  [T+1, N, H]   the same for the cell state (slot T = c_last)
 //   gates  [T, N, 4H]    the activated i, f, g, o of each step (zeros past the length)
 // Time-major states make every step's h_prev a contiguous [N, H] matrix for the per-step gemm,
-// and slots 0..T-1 together are the [T*N, H] left factor of dW_hh's single gemm.
+// and slots 1..T-1 together are the [(T-1)*N, H] left factor of dW_hh's single gemm.
 #include "cpu/cpu_lstm.h"
 
 #include <algorithm>
@@ -36,11 +37,10 @@ Dims dims_of(const Tensor& x, const ops::LstmWeights& w) {
 
 // ---------------------------------------------------------------- forward
 
-/// Pointers of one forward step (all [N, ...] for this step).
+/// Pointers of one forward step (all [N, ...] blocks of this step).
 template <class T>
 struct StepIo {
-  const T* gx;    // X W_ih^T, batch-major [N*T, 4H] (the whole sequence)
-  const T* gh;    // h_prev W_hh^T [N, 4H]
+  const T* pre;   // [N, 4H] x W_ih^T + h_prev W_hh^T (Note [Time-major products])
   const T* bias;  // b_ih + b_hh [4H]
   const T* h_prev;
   const T* c_prev;
@@ -49,6 +49,29 @@ struct StepIo {
   T* gates;  // [N, 4H] or nullptr (inference)
   T* y;      // [N, T, H] (the whole output)
 };
+
+/// One sample row of a step's gates: pre = its pre-activations without the bias [4H],
+/// b = b_ih + b_hh; writes both new states, the output row and (training) the gates [4H].
+/// Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
+template <class T>
+MIRROR_RNN_VECTOR_CLONES void forward_row(int64_t H, const T* pre, const T* b, const T* cp, T* hn,
+                                          T* cn, T* yrow, T* g) {
+#pragma omp simd
+  for (int64_t j = 0; j < H; ++j) {
+    const auto c = math::lstm::cell_forward<T>(pre[j] + b[j], pre[H + j] + b[H + j],
+                                               pre[2 * H + j] + b[2 * H + j],
+                                               pre[3 * H + j] + b[3 * H + j], cp[j]);
+    hn[j] = c.h;
+    cn[j] = c.c;
+    yrow[j] = c.h;
+    if (g) {
+      g[j] = c.i;
+      g[H + j] = c.f;
+      g[2 * H + j] = c.g;
+      g[3 * H + j] = c.o;
+    }
+  }
+}
 
 template <class T>
 void forward_step(const Dims& d, int64_t step, const std::int32_t* len, const StepIo<T>& io) {
@@ -68,24 +91,7 @@ void forward_step(const Dims& d, int64_t step, const std::int32_t* len, const St
       if (g) std::fill(g, g + 4 * H, T(0));
       continue;
     }
-    const T* xr = io.gx + (s * d.t + step) * 4 * H;
-    const T* hr = io.gh + s * 4 * H;
-    const T* b = io.bias;
-    for (int64_t j = 0; j < H; ++j) {
-      const auto c =
-          math::lstm::cell_forward<T>(xr[j] + hr[j] + b[j], xr[H + j] + hr[H + j] + b[H + j],
-                                      xr[2 * H + j] + hr[2 * H + j] + b[2 * H + j],
-                                      xr[3 * H + j] + hr[3 * H + j] + b[3 * H + j], cp[j]);
-      hn[j] = c.h;
-      cn[j] = c.c;
-      yrow[j] = c.h;
-      if (g) {
-        g[j] = c.i;
-        g[H + j] = c.f;
-        g[2 * H + j] = c.g;
-        g[3 * H + j] = c.o;
-      }
-    }
+    forward_row<T>(H, io.pre + s * 4 * H, io.bias, cp, hn, cn, yrow, g);
   }
 }
 
@@ -117,26 +123,24 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
   std::fill_n(slot(0, 0).template data<T>(), d.slot(), T(0));
   std::fill_n(slot(1, 0).template data<T>(), d.slot(), T(0));
 
-  Tensor gx = Tensor::empty({d.n * d.t, 4 * d.h}, dt, dev);
-  Tensor gh = Tensor::empty({d.n, 4 * d.h}, dt, dev);
+  // Time-major pre-activations (Note [Time-major products]): the input projection of every
+  // step in one gemm; each step's recurrent product is then added into its own block.
+  Tensor pre = Tensor::empty({d.t * d.n, 4 * d.h}, dt, dev);
   Tensor bias = w.b_ih.clone();
   ops::axpy(1.0, w.b_hh, bias);
   if (d.f > 0) {
-    ops::gemm(false, true, 1.0, x.reshape({d.n * d.t, d.f}), w.w_ih, 0.0, gx);
+    ops::gemm(false, true, 1.0, rnn::time_major<T>(x), w.w_ih, 0.0, pre);
   } else {
-    std::fill_n(gx.data<T>(), gx.numel(), T(0));
+    std::fill_n(pre.data<T>(), pre.numel(), T(0));
   }
 
   T* gates = training ? saved.data<T>() + d.gates_offset() : nullptr;
   for (int64_t step = 0; step < d.t; ++step) {
     Tensor h_prev = slot(0, step);
-    if (step == 0) {
-      std::fill_n(gh.data<T>(), gh.numel(), T(0));  // h0 = 0
-    } else {
-      ops::gemm(false, true, 1.0, h_prev, w.w_hh, 0.0, gh);
-    }
-    const StepIo<T> io{gx.data<T>(),
-                       gh.data<T>(),
+    Tensor pre_step = pre.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
+    // h0 = 0: the first step has no recurrent product.
+    if (step > 0) ops::gemm(false, true, 1.0, h_prev, w.w_hh, 1.0, pre_step);
+    const StepIo<T> io{pre_step.data<T>(),
                        bias.data<T>(),
                        h_prev.data<T>(),
                        slot(1, step).template data<T>(),
@@ -165,9 +169,28 @@ struct BackIo {
   const T* dc_cur;  // d(loss)/d(c after the step)
   T* dh_next;       // direct part of d(loss)/d(h before the step) (the U^T product is added later)
   T* dc_next;       // d(loss)/d(c before the step)
-  T* dgx;           // [N*T, 4H] batch-major pre-activation grads (the whole sequence)
-  T* dgh;           // [N, 4H] this step's pre-activation grads (time-major buffer)
+  T* dg;            // [N, 4H] this step's pre-activation grads (time-major buffer)
 };
+
+/// One sample row of a step's BPTT (BackIo's fields for one row; dyr may be nullptr).
+/// Note [Vector gate loops].
+template <class T>
+MIRROR_RNN_VECTOR_CLONES void backward_row(int64_t H, const T* dh_c, const T* dc_c, const T* dyr,
+                                           const T* g, const T* cp, const T* cn, T* dh_n, T* dc_n,
+                                           T* dg) {
+#pragma omp simd
+  for (int64_t j = 0; j < H; ++j) {
+    const T dh = dh_c[j] + (dyr ? dyr[j] : T(0));
+    const auto c = math::lstm::cell_backward<T>(dh, dc_c[j], g[j], g[H + j], g[2 * H + j],
+                                                g[3 * H + j], cn[j], cp[j]);
+    dg[j] = c.d_ai;
+    dg[H + j] = c.d_af;
+    dg[2 * H + j] = c.d_ag;
+    dg[3 * H + j] = c.d_ao;
+    dc_n[j] = c.dc_prev;
+    dh_n[j] = T(0);  // h reaches the step only through U h: the gemm below adds it
+  }
+}
 
 template <class T>
 void backward_step(const Dims& d, int64_t step, const std::int32_t* len, const BackIo<T>& io) {
@@ -178,30 +201,15 @@ void backward_step(const Dims& d, int64_t step, const std::int32_t* len, const B
     const T* dc_c = io.dc_cur + s * H;
     T* dh_n = io.dh_next + s * H;
     T* dc_n = io.dc_next + s * H;
-    T* gxr = io.dgx + (s * d.t + step) * 4 * H;
-    T* ghr = io.dgh + s * 4 * H;
+    T* dg = io.dg + s * 4 * H;
     if (step >= len[s]) {  // carried states: the gradients pass through, nothing is learned
       std::copy(dh_c, dh_c + H, dh_n);
       std::copy(dc_c, dc_c + H, dc_n);
-      std::fill(gxr, gxr + 4 * H, T(0));
-      std::fill(ghr, ghr + 4 * H, T(0));
+      std::fill(dg, dg + 4 * H, T(0));
       continue;
     }
-    const T* g = io.gates + s * 4 * H;
-    const T* cp = io.c_prev + s * H;
-    const T* cn = io.c_next + s * H;
-    const T* dyr = io.dy ? io.dy + (s * d.t + step) * H : nullptr;
-    for (int64_t j = 0; j < H; ++j) {
-      const T dh = dh_c[j] + (dyr ? dyr[j] : T(0));
-      const auto c = math::lstm::cell_backward<T>(dh, dc_c[j], g[j], g[H + j], g[2 * H + j],
-                                                  g[3 * H + j], cn[j], cp[j]);
-      gxr[j] = ghr[j] = c.d_ai;
-      gxr[H + j] = ghr[H + j] = c.d_af;
-      gxr[2 * H + j] = ghr[2 * H + j] = c.d_ag;
-      gxr[3 * H + j] = ghr[3 * H + j] = c.d_ao;
-      dc_n[j] = c.dc_prev;
-      dh_n[j] = T(0);  // h reaches the step only through U h: the gemm below adds it
-    }
+    backward_row<T>(H, dh_c, dc_c, io.dy ? io.dy + (s * d.t + step) * H : nullptr,
+                    io.gates + s * 4 * H, io.c_prev + s * H, io.c_next + s * H, dh_n, dc_n, dg);
   }
 }
 
@@ -227,14 +235,15 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   const DType dt = x.dtype();
   const Device dev = x.device();
   if (d.n == 0 || d.t == 0 || d.h == 0) return Tensor::zeros({d.n, d.t, d.f}, dt, dev);
-  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written by the last gemm
+  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written from dx_t at the end
 
   const T* states = fwd.reserve.data<T>();
   const T* cells = states + d.states_numel();
   const T* gates = states + d.gates_offset();
-  Tensor dgx = Tensor::empty({d.n * d.t, 4 * d.h}, dt, dev);  // batch-major, like x
-  Tensor dgh = Tensor::empty({d.t * d.n, 4 * d.h}, dt, dev);  // time-major, like the states
-  Tensor grads = Tensor::empty({4 * d.slot()}, dt, dev);      // ping-pong dh and dc
+  // The pre-activation gradients, time-major (Note [Time-major products]): the same values feed
+  // dW_ih, dW_hh, both biases and dx.
+  Tensor dg = Tensor::empty({d.t * d.n, 4 * d.h}, dt, dev);
+  Tensor grads = Tensor::empty({4 * d.slot()}, dt, dev);  // ping-pong dh and dc
   auto dh_slot = [&](int64_t step) -> Tensor {
     return grads.view((step % 2) * d.slot(), {d.n, d.h});
   };
@@ -252,7 +261,7 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   const T* dy_p = dy.defined() ? dy.data<T>() : nullptr;
   for (int64_t step = d.t - 1; step >= 0; --step) {
     Tensor dh_next = dh_slot(step);
-    Tensor dgh_step = dgh.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
+    Tensor dg_step = dg.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
     const BackIo<T> io{dy_p,
                        gates + step * d.n * 4 * d.h,
                        cells + step * d.slot(),
@@ -261,23 +270,25 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
                        dc_slot(step + 1).template data<T>(),
                        dh_next.data<T>(),
                        dc_slot(step).template data<T>(),
-                       dgx.data<T>(),
-                       dgh_step.data<T>()};
+                       dg_step.data<T>()};
     backward_step<T>(d, step, lengths.data(), io);
     // The states before step 0 are the constant zeros: their gradients are not needed.
-    if (step > 0) ops::gemm(false, false, 1.0, dgh_step, w.w_hh, 1.0, dh_next);
+    if (step > 0) ops::gemm(false, false, 1.0, dg_step, w.w_hh, 1.0, dh_next);
   }
 
-  const Tensor h_prev_all = fwd.reserve.view(0, {d.t * d.n, d.h});
-  ops::gemm(true, false, 1.0, dgh, h_prev_all, 1.0, dw.w_hh);
+  // dW_hh: the states before steps 1..T-1 (slot 0, before step 0, is zero and adds nothing).
+  if (d.t > 1) {
+    const int64_t rows = (d.t - 1) * d.n;
+    ops::gemm(true, false, 1.0, dg.view(d.n * 4 * d.h, {rows, 4 * d.h}),
+              fwd.reserve.view(d.slot(), {rows, d.h}), 1.0, dw.w_hh);
+  }
   // Both biases enter every gate pre-activation the same way: one gradient for both.
-  rnn::add_column_sums<T>(dgx, dw.b_ih);
-  rnn::add_column_sums<T>(dgx, dw.b_hh);
+  rnn::add_column_sums<T>(dg, dw.b_ih, &dw.b_hh);
   if (d.f > 0) {
-    const Tensor x2 = x.reshape({d.n * d.t, d.f});
-    ops::gemm(true, false, 1.0, dgx, x2, 1.0, dw.w_ih);
-    Tensor dx2 = dx.reshape({d.n * d.t, d.f});
-    ops::gemm(false, false, 1.0, dgx, w.w_ih, 0.0, dx2);
+    ops::gemm(true, false, 1.0, dg, rnn::time_major<T>(x), 1.0, dw.w_ih);
+    Tensor dx_t = Tensor::empty({d.t * d.n, d.f}, dt, dev);
+    ops::gemm(false, false, 1.0, dg, w.w_ih, 0.0, dx_t);
+    rnn::swap_leading<T>(dx_t.data<T>(), d.t, d.n, d.f, dx.data<T>());
   }
   return dx;
 }
