@@ -44,50 +44,54 @@ void check_weights(const Tensor& x, const ops::GruWeights& w, const char* op) {
 
 // ---------------------------------------------------------------- forward
 
-/// One sample row of a step's gates: xr = its X W_ih^T row [3H], hr = its h_prev W_hh^T row
-/// [3H]; writes the new state, the output row and (training) the saved gates [4H].
-/// Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
+/// Pointers of one forward step (all [N, ...] blocks of this step).
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void forward_row(int64_t H, const T* xr, const T* hr, const T* b_ih,
-                                          const T* b_hh, const T* hp, T* hn_row, T* yrow, T* g) {
+struct StepIo {
+  const T* gx;  // [N, 3H] this step's X W_ih^T (Note [Time-major products])
+  const T* gh;  // [N, 3H] h_prev W_hh^T
+  const T* b_ih;
+  const T* b_hh;
+  const std::int32_t* len;
+  const T* h_prev;
+  T* h_next;
+  T* gates;  // [N, 4H]: the saved gates, or scratch in inference (never null: Note [No null rows])
+  T* y;      // [N, T, H] (the whole output)
+};
+
+/// Rows [s0, s1) of one step's gates: writes the new state, y[:, step] and the gates r, z, n and
+/// hn = U_n h + b_hn. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
+template <class T>
+MIRROR_RNN_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                           const StepIo<T>& io) {
+  const int64_t H = d.h;
+  for (int64_t s = s0; s < s1; ++s) {
+    T* yrow = io.y + (s * d.t + step) * H;
+    const T* hp = io.h_prev + s * H;
+    T* hn_row = io.h_next + s * H;
+    T* g = io.gates + s * 4 * H;
+    if (step >= io.len[s]) {  // past the length: carry the state, emit zeros
+      std::copy(hp, hp + H, hn_row);
+      std::fill(yrow, yrow + H, T(0));
+      std::fill(g, g + 4 * H, T(0));
+      continue;
+    }
+    const T* xr = io.gx + s * 3 * H;
+    const T* hr = io.gh + s * 3 * H;
+    const T* b_ih = io.b_ih;
+    const T* b_hh = io.b_hh;
 #pragma omp simd
-  for (int64_t j = 0; j < H; ++j) {
-    const T hn = hr[2 * H + j] + b_hh[2 * H + j];
-    const auto c = math::gru::cell_forward<T>(xr[j] + b_ih[j], xr[H + j] + b_ih[H + j],
-                                              xr[2 * H + j] + b_ih[2 * H + j], hr[j] + b_hh[j],
-                                              hr[H + j] + b_hh[H + j], hn, hp[j]);
-    hn_row[j] = c.h;
-    yrow[j] = c.h;
-    if (g) {
+    for (int64_t j = 0; j < H; ++j) {
+      const T hn = hr[2 * H + j] + b_hh[2 * H + j];
+      const auto c = math::gru::cell_forward<T>(xr[j] + b_ih[j], xr[H + j] + b_ih[H + j],
+                                                xr[2 * H + j] + b_ih[2 * H + j], hr[j] + b_hh[j],
+                                                hr[H + j] + b_hh[H + j], hn, hp[j]);
+      hn_row[j] = c.h;
+      yrow[j] = c.h;
       g[j] = c.r;
       g[H + j] = c.z;
       g[2 * H + j] = c.n;
       g[3 * H + j] = hn;
     }
-  }
-}
-
-/// One step's gates for every sample: reads gx (this step's block of X W_ih^T, [N, 3H],
-/// Note [Time-major products]) and gh (h_prev W_hh^T, [N, 3H]), writes the new state,
-/// y[:, step] and (training) the saved gates.
-template <class T>
-void forward_step(const Dims& d, int64_t step, const T* gx, const T* gh, const T* b_ih,
-                  const T* b_hh, const std::int32_t* len, const T* h_prev, T* h_next, T* gates,
-                  T* y) {
-  const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
-    T* yrow = y + (s * d.t + step) * H;
-    const T* hp = h_prev + s * H;
-    T* hn_row = h_next + s * H;
-    T* g = gates ? gates + s * 4 * H : nullptr;
-    if (step >= len[s]) {  // past the length: carry the state, emit zeros
-      std::copy(hp, hp + H, hn_row);
-      std::fill(yrow, yrow + H, T(0));
-      if (g) std::fill(g, g + 4 * H, T(0));
-      continue;
-    }
-    forward_row<T>(H, gx + s * 3 * H, gh + s * 3 * H, b_ih, b_hh, hp, hn_row, yrow, g);
   }
 }
 
@@ -124,7 +128,9 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
     std::fill_n(gx.data<T>(), gx.numel(), T(0));
   }
 
-  T* gates = training ? saved.data<T>() + d.states_numel() : nullptr;
+  // Inference writes every step's gates into one scratch block (Note [No null rows]).
+  Tensor scratch = training ? Tensor() : Tensor::empty({d.n * 4 * d.h}, dt, dev);
+  T* gates = training ? saved.data<T>() + d.states_numel() : scratch.data<T>();
   for (int64_t step = 0; step < d.t; ++step) {
     Tensor h_prev = state(step), h_next = state(step + 1);
     if (step == 0) {
@@ -132,9 +138,17 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
     } else {
       ops::gemm(false, true, 1.0, h_prev, w.w_hh, 0.0, gh);
     }
-    forward_step<T>(d, step, gx.data<T>() + step * d.n * 3 * d.h, gh.data<T>(), w.b_ih.data<T>(),
-                    w.b_hh.data<T>(), lengths.data(), h_prev.data<T>(), h_next.data<T>(),
-                    gates ? gates + step * d.n * 4 * d.h : nullptr, out.y.data<T>());
+    const StepIo<T> io{gx.data<T>() + step * d.n * 3 * d.h,
+                       gh.data<T>(),
+                       w.b_ih.data<T>(),
+                       w.b_hh.data<T>(),
+                       lengths.data(),
+                       h_prev.data<T>(),
+                       h_next.data<T>(),
+                       gates + (training ? step * d.n * 4 * d.h : 0),
+                       out.y.data<T>()};
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { forward_rows<T>(d, step, s0, s1, io); });
   }
   out.h_last.copy_from(state(d.t));
   if (training) out.reserve = saved;
@@ -143,49 +157,51 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
 
 // ---------------------------------------------------------------- backward
 
-/// One sample row of a step's BPTT: dc = d(loss)/d(state after the step) excluding this step's
-/// dy, dyr = this step's dy row or nullptr; writes the pre-activation grads (gxr of W_ih x,
-/// ghr of U h) and the direct part of d(loss)/d(h_prev).
-/// Note [Vector gate loops].
+/// Pointers of one backward step.
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void backward_row(int64_t H, const T* dc, const T* dyr, const T* g,
-                                           const T* hp, T* dn_row, T* gxr, T* ghr) {
-#pragma omp simd
-  for (int64_t j = 0; j < H; ++j) {
-    const T dh = dc[j] + (dyr ? dyr[j] : T(0));
-    const auto c =
-        math::gru::cell_backward<T>(dh, g[j], g[H + j], g[2 * H + j], g[3 * H + j], hp[j]);
-    gxr[j] = c.d_xr;
-    gxr[H + j] = c.d_xz;
-    gxr[2 * H + j] = c.d_xn;
-    ghr[j] = c.d_xr;
-    ghr[H + j] = c.d_xz;
-    ghr[2 * H + j] = c.d_hn;
-    dn_row[j] = c.dh_prev;
-  }
-}
+struct BackIo {
+  const T* dy;  // [N, T, H], or nullptr: then `zeros` [H] stands for every row
+  const T* zeros;
+  const T* gates;   // [N, 4H] of this step
+  const T* h_prev;  // [N, H] the state before the step
+  const std::int32_t* len;
+  const T* dh_cur;  // d(loss)/d(state after the step), excluding this step's dy
+  T* dh_next;       // direct part of d(loss)/d(state before the step) (U^T product added later)
+  T* dgx;           // [N, 3H] this step's grads of W_ih x + b_ih
+  T* dgh;           // [N, 3H] this step's grads of U h + b_hh
+};
 
-/// One step of BPTT for every sample: dh_cur is d(loss)/d(state after `step`) excluding this
-/// step's dy; writes the pre-activation grads (this step's blocks dgx_step, dgh_step [N, 3H])
-/// and the direct part of d(loss)/d(state before `step`) into dh_next.
+/// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
 template <class T>
-void backward_step(const Dims& d, int64_t step, const T* dy, const T* gates, const T* h_prev,
-                   const std::int32_t* len, const T* dh_cur, T* dh_next, T* dgx_step, T* dgh_step) {
+MIRROR_RNN_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                            const BackIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
-    const T* dc = dh_cur + s * H;
-    T* dn_row = dh_next + s * H;
-    T* gxr = dgx_step + s * 3 * H;
-    T* ghr = dgh_step + s * 3 * H;
-    if (step >= len[s]) {  // carried state: the gradient passes through, nothing is learned
+  for (int64_t s = s0; s < s1; ++s) {
+    const T* dc = io.dh_cur + s * H;
+    T* dn_row = io.dh_next + s * H;
+    T* gxr = io.dgx + s * 3 * H;
+    T* ghr = io.dgh + s * 3 * H;
+    if (step >= io.len[s]) {  // carried state: the gradient passes through, nothing is learned
       std::copy(dc, dc + H, dn_row);
       std::fill(gxr, gxr + 3 * H, T(0));
       std::fill(ghr, ghr + 3 * H, T(0));
       continue;
     }
-    backward_row<T>(H, dc, dy ? dy + (s * d.t + step) * H : nullptr, gates + s * 4 * H,
-                    h_prev + s * H, dn_row, gxr, ghr);
+    const T* dyr = io.dy ? io.dy + (s * d.t + step) * H : io.zeros;
+    const T* g = io.gates + s * 4 * H;
+    const T* hp = io.h_prev + s * H;
+#pragma omp simd
+    for (int64_t j = 0; j < H; ++j) {
+      const auto c = math::gru::cell_backward<T>(dc[j] + dyr[j], g[j], g[H + j], g[2 * H + j],
+                                                 g[3 * H + j], hp[j]);
+      gxr[j] = c.d_xr;
+      gxr[H + j] = c.d_xz;
+      gxr[2 * H + j] = c.d_xn;
+      ghr[j] = c.d_xr;
+      ghr[H + j] = c.d_xz;
+      ghr[2 * H + j] = c.d_hn;
+      dn_row[j] = c.dh_prev;
+    }
   }
 }
 
@@ -230,13 +246,21 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   } else {
     std::fill_n(dh_t.data<T>(), dh_t.numel(), T(0));
   }
-  const T* dy_p = dy.defined() ? dy.data<T>() : nullptr;
+  const Tensor zeros = Tensor::zeros({d.h}, dt, dev);  // the dy row when dy is undefined
   for (int64_t step = d.t - 1; step >= 0; --step) {
     Tensor cur = dh_slot(step + 1), next = dh_slot(step);
     Tensor dgh_step = dgh.view(step * d.n * 3 * d.h, {d.n, 3 * d.h});
-    backward_step<T>(d, step, dy_p, gates + step * d.n * 4 * d.h, states + step * d.n * d.h,
-                     lengths.data(), cur.data<T>(), next.data<T>(),
-                     dgx.data<T>() + step * d.n * 3 * d.h, dgh_step.data<T>());
+    const BackIo<T> io{dy.defined() ? dy.data<T>() : nullptr,
+                       zeros.data<T>(),
+                       gates + step * d.n * 4 * d.h,
+                       states + step * d.n * d.h,
+                       lengths.data(),
+                       cur.data<T>(),
+                       next.data<T>(),
+                       dgx.data<T>() + step * d.n * 3 * d.h,
+                       dgh_step.data<T>()};
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { backward_rows<T>(d, step, s0, s1, io); });
     // The state before step 0 is the constant h0: its gradient is not needed.
     if (step > 0) ops::gemm(false, false, 1.0, dgh_step, w.w_hh, 1.0, next);
   }

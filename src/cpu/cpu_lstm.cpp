@@ -42,56 +42,50 @@ template <class T>
 struct StepIo {
   const T* pre;   // [N, 4H] x W_ih^T + h_prev W_hh^T (Note [Time-major products])
   const T* bias;  // b_ih + b_hh [4H]
+  const std::int32_t* len;
   const T* h_prev;
   const T* c_prev;
   T* h_next;
   T* c_next;
-  T* gates;  // [N, 4H] or nullptr (inference)
+  T* gates;  // [N, 4H]: the saved gates, or scratch in inference (never null: Note [No null rows])
   T* y;      // [N, T, H] (the whole output)
 };
 
-/// One sample row of a step's gates: pre = its pre-activations without the bias [4H],
-/// b = b_ih + b_hh; writes both new states, the output row and (training) the gates [4H].
-/// Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
+/// Rows [s0, s1) of one step's gates: writes both new states, y[:, step] and the activated
+/// gates i, f, g, o. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void forward_row(int64_t H, const T* pre, const T* b, const T* cp, T* hn,
-                                          T* cn, T* yrow, T* g) {
-#pragma omp simd
-  for (int64_t j = 0; j < H; ++j) {
-    const auto c = math::lstm::cell_forward<T>(pre[j] + b[j], pre[H + j] + b[H + j],
-                                               pre[2 * H + j] + b[2 * H + j],
-                                               pre[3 * H + j] + b[3 * H + j], cp[j]);
-    hn[j] = c.h;
-    cn[j] = c.c;
-    yrow[j] = c.h;
-    if (g) {
-      g[j] = c.i;
-      g[H + j] = c.f;
-      g[2 * H + j] = c.g;
-      g[3 * H + j] = c.o;
-    }
-  }
-}
-
-template <class T>
-void forward_step(const Dims& d, int64_t step, const std::int32_t* len, const StepIo<T>& io) {
+MIRROR_RNN_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                           const StepIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= rnn::kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     T* yrow = io.y + (s * d.t + step) * H;
     const T* hp = io.h_prev + s * H;
     const T* cp = io.c_prev + s * H;
     T* hn = io.h_next + s * H;
     T* cn = io.c_next + s * H;
-    T* g = io.gates ? io.gates + s * 4 * H : nullptr;
-    if (step >= len[s]) {  // past the length: carry both states, emit zeros
+    T* g = io.gates + s * 4 * H;
+    if (step >= io.len[s]) {  // past the length: carry both states, emit zeros
       std::copy(hp, hp + H, hn);
       std::copy(cp, cp + H, cn);
       std::fill(yrow, yrow + H, T(0));
-      if (g) std::fill(g, g + 4 * H, T(0));
+      std::fill(g, g + 4 * H, T(0));
       continue;
     }
-    forward_row<T>(H, io.pre + s * 4 * H, io.bias, cp, hn, cn, yrow, g);
+    const T* pre = io.pre + s * 4 * H;
+    const T* b = io.bias;
+#pragma omp simd
+    for (int64_t j = 0; j < H; ++j) {
+      const auto c = math::lstm::cell_forward<T>(pre[j] + b[j], pre[H + j] + b[H + j],
+                                                 pre[2 * H + j] + b[2 * H + j],
+                                                 pre[3 * H + j] + b[3 * H + j], cp[j]);
+      hn[j] = c.h;
+      cn[j] = c.c;
+      yrow[j] = c.h;
+      g[j] = c.i;
+      g[H + j] = c.f;
+      g[2 * H + j] = c.g;
+      g[3 * H + j] = c.o;
+    }
   }
 }
 
@@ -134,7 +128,9 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
     std::fill_n(pre.data<T>(), pre.numel(), T(0));
   }
 
-  T* gates = training ? saved.data<T>() + d.gates_offset() : nullptr;
+  // Inference writes every step's gates into one scratch block (Note [No null rows]).
+  Tensor scratch = training ? Tensor() : Tensor::empty({d.n * 4 * d.h}, dt, dev);
+  T* gates = training ? saved.data<T>() + d.gates_offset() : scratch.data<T>();
   for (int64_t step = 0; step < d.t; ++step) {
     Tensor h_prev = slot(0, step);
     Tensor pre_step = pre.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
@@ -142,13 +138,15 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
     if (step > 0) ops::gemm(false, true, 1.0, h_prev, w.w_hh, 1.0, pre_step);
     const StepIo<T> io{pre_step.data<T>(),
                        bias.data<T>(),
+                       lengths.data(),
                        h_prev.data<T>(),
                        slot(1, step).template data<T>(),
                        slot(0, step + 1).template data<T>(),
                        slot(1, step + 1).template data<T>(),
-                       gates ? gates + step * d.n * 4 * d.h : nullptr,
+                       gates + (training ? step * d.n * 4 * d.h : 0),
                        out.y.data<T>()};
-    forward_step<T>(d, step, lengths.data(), io);
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { forward_rows<T>(d, step, s0, s1, io); });
   }
   out.h_last.copy_from(slot(0, d.t));
   out.c_last.copy_from(slot(1, d.t));
@@ -161,7 +159,9 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
 /// Pointers of one backward step.
 template <class T>
 struct BackIo {
-  const T* dy;      // [N, T, H] or nullptr
+  const T* dy;  // [N, T, H], or nullptr: then `zeros` [H] stands for every row
+  const T* zeros;
+  const std::int32_t* len;
   const T* gates;   // [N, 4H] of this step
   const T* c_prev;  // [N, H] cell before the step
   const T* c_next;  // [N, H] cell after the step
@@ -172,44 +172,38 @@ struct BackIo {
   T* dg;            // [N, 4H] this step's pre-activation grads (time-major buffer)
 };
 
-/// One sample row of a step's BPTT (BackIo's fields for one row; dyr may be nullptr).
-/// Note [Vector gate loops].
+/// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void backward_row(int64_t H, const T* dh_c, const T* dc_c, const T* dyr,
-                                           const T* g, const T* cp, const T* cn, T* dh_n, T* dc_n,
-                                           T* dg) {
-#pragma omp simd
-  for (int64_t j = 0; j < H; ++j) {
-    const T dh = dh_c[j] + (dyr ? dyr[j] : T(0));
-    const auto c = math::lstm::cell_backward<T>(dh, dc_c[j], g[j], g[H + j], g[2 * H + j],
-                                                g[3 * H + j], cn[j], cp[j]);
-    dg[j] = c.d_ai;
-    dg[H + j] = c.d_af;
-    dg[2 * H + j] = c.d_ag;
-    dg[3 * H + j] = c.d_ao;
-    dc_n[j] = c.dc_prev;
-    dh_n[j] = T(0);  // h reaches the step only through U h: the gemm below adds it
-  }
-}
-
-template <class T>
-void backward_step(const Dims& d, int64_t step, const std::int32_t* len, const BackIo<T>& io) {
+MIRROR_RNN_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                            const BackIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= rnn::kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     const T* dh_c = io.dh_cur + s * H;
     const T* dc_c = io.dc_cur + s * H;
     T* dh_n = io.dh_next + s * H;
     T* dc_n = io.dc_next + s * H;
     T* dg = io.dg + s * 4 * H;
-    if (step >= len[s]) {  // carried states: the gradients pass through, nothing is learned
+    if (step >= io.len[s]) {  // carried states: the gradients pass through, nothing is learned
       std::copy(dh_c, dh_c + H, dh_n);
       std::copy(dc_c, dc_c + H, dc_n);
       std::fill(dg, dg + 4 * H, T(0));
       continue;
     }
-    backward_row<T>(H, dh_c, dc_c, io.dy ? io.dy + (s * d.t + step) * H : nullptr,
-                    io.gates + s * 4 * H, io.c_prev + s * H, io.c_next + s * H, dh_n, dc_n, dg);
+    const T* dyr = io.dy ? io.dy + (s * d.t + step) * H : io.zeros;
+    const T* g = io.gates + s * 4 * H;
+    const T* cp = io.c_prev + s * H;
+    const T* cn = io.c_next + s * H;
+#pragma omp simd
+    for (int64_t j = 0; j < H; ++j) {
+      const auto c = math::lstm::cell_backward<T>(dh_c[j] + dyr[j], dc_c[j], g[j], g[H + j],
+                                                  g[2 * H + j], g[3 * H + j], cn[j], cp[j]);
+      dg[j] = c.d_ai;
+      dg[H + j] = c.d_af;
+      dg[2 * H + j] = c.d_ag;
+      dg[3 * H + j] = c.d_ao;
+      dc_n[j] = c.dc_prev;
+      dh_n[j] = T(0);  // h reaches the step only through U h: the gemm below adds it
+    }
   }
 }
 
@@ -258,11 +252,13 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
     std::fill_n(dh_t.data<T>(), d.slot(), T(0));
   }
   std::fill_n(dc_slot(d.t).template data<T>(), d.slot(), T(0));  // c_last feeds nothing
-  const T* dy_p = dy.defined() ? dy.data<T>() : nullptr;
+  const Tensor zeros = Tensor::zeros({d.h}, dt, dev);            // the dy row when dy is undefined
   for (int64_t step = d.t - 1; step >= 0; --step) {
     Tensor dh_next = dh_slot(step);
     Tensor dg_step = dg.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
-    const BackIo<T> io{dy_p,
+    const BackIo<T> io{dy.defined() ? dy.data<T>() : nullptr,
+                       zeros.data<T>(),
+                       lengths.data(),
                        gates + step * d.n * 4 * d.h,
                        cells + step * d.slot(),
                        cells + (step + 1) * d.slot(),
@@ -271,7 +267,8 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
                        dh_next.data<T>(),
                        dc_slot(step).template data<T>(),
                        dg_step.data<T>()};
-    backward_step<T>(d, step, lengths.data(), io);
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { backward_rows<T>(d, step, s0, s1, io); });
     // The states before step 0 are the constant zeros: their gradients are not needed.
     if (step > 0) ops::gemm(false, false, 1.0, dg_step, w.w_hh, 1.0, dh_next);
   }

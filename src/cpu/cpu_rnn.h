@@ -3,6 +3,8 @@
 // time-major copies of x and dx, and the per-ISA clones of the gate loops.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -81,6 +83,29 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
 
 // Parallelise the element-wise loops only when there is enough work to pay for the fork.
 constexpr std::int64_t kParallelElements = 1 << 14;
+
+/// Calls f(s0, s1) on blocks of [0, rows) that cover it: one block, or one per OpenMP thread
+/// when `elements` (the work) is at least kParallelElements. The gate loops take a block, not a
+/// row, so one call of a cloned function (Note [Vector gate loops]) does a thread's whole share.
+template <class F>
+void for_row_blocks(std::int64_t rows, std::int64_t elements, F&& f) {
+  if (elements < kParallelElements || omp_get_max_threads() == 1) {
+    f(std::int64_t{0}, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const std::int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+    const std::int64_t s0 = rows * me / threads, s1 = rows * (me + 1) / threads;
+    if (s0 < s1) f(s0, s1);
+  }
+}
+
+// Note [No null rows]: the gate loops never test a row pointer inside the vectorised loop (an
+// absent dy reads a row of zeros; inference writes its gates to scratch). A masked vector load
+// or store whose masked-off lanes point at an unmapped page (nullptr + j) is legal but takes a
+// microcode assist costing hundreds of cycles per access: it was most of the GRU's backward
+// loop on the AVX-512 clone.
 
 /// dbias[c] += sum over rows of m[rows, C] (and the same sums into dbias2 when given),
 /// accumulated in double in row order (deterministic). Row-major on purpose: a per-column loop
