@@ -67,13 +67,14 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
                    " with training=true on the same input before backward");
 }
 
-// Note [Vector gate loops]: the gate loops run once per sample row and step on H units, and
-// their float math (math/rnn_tanh.h) has no calls or branches, so the loop over units vectorises.
-// The library is built for baseline x86-64 (SSE2), where the selects of that math do not
-// vectorise; the row functions are therefore compiled three times (baseline, x86-64-v3 = AVX2 +
-// FMA, x86-64-v4 = AVX-512) and the loader picks the best one the CPU runs (GCC's
-// target_clones, an ifunc). All three compute the same formulas; the float results may differ
-// in the last bits between CPUs (FMA contraction), never between the replicas of one machine.
+// Note [Vector gate loops]: the gate loops run per step over N rows of H units, and their float
+// math (math/rnn_tanh.h) has no calls or branches, so the loop over units vectorises. The
+// library is built for baseline x86-64 (SSE2), where the selects of that math do not vectorise;
+// the gate-loop functions are therefore compiled three times (baseline, x86-64-v3 = AVX2 + FMA,
+// x86-64-v4 = AVX-512) and the loader picks the best one the CPU runs (GCC's target_clones, an
+// ifunc). All three compute the same formulas; float results may differ in the last bits
+// between CPU generations (FMA contraction), as oneDNN's own ISA dispatch already makes them.
+// Replicas stay bitwise equal regardless: they apply the same all-reduced gradients.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define MIRROR_RNN_VECTOR_CLONES \
   __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))

@@ -7,9 +7,9 @@
 // In float the cells use functions written without calls or branches, so the CPU gate loops
 // vectorise (Note [Vector gate loops], src/cpu/cpu_rnn.h):
 //   cell_exp      Cody-Waite reduction x = n ln2 + r (round-to-nearest n by the 1.5 * 2^23
-//                 trick), the Cephes degree-7 polynomial for e^r, 2^n built in the exponent bits;
-//                 the argument is clamped to [-87, 88] so 2^n stays a normal float (within 2 ulp
-//                 of expf there; exp of a larger |x| saturates to about 1e-38 or 1.7e38, which
+//                 trick), Cephes's expf polynomial for e^r, 2^n built in the exponent bits; the
+//                 argument is clamped to [-87, 88] so 2^n stays a normal float (within 1 ulp of
+//                 exp there; exp of a larger |x| saturates to about 1e-38 or 1.7e38, which
 //                 leaves sigmoid and tanh exact to float precision)
 //   cell_sigmoid  1 / (1 + e), e = exp(-|x|), mirrored for x < 0 (1 - sigmoid never cancels)
 //   cell_tanh     an odd Taylor polynomial below |x| = 1/8 (truncation error below 2e-9
@@ -35,18 +35,16 @@ MIRROR_HD inline float cell_exp(float x) {
   int ti, mi;
   memcpy(&ti, &t, sizeof ti);
   memcpy(&mi, &magic, sizeof mi);
-  const int n = ti - mi;
-  const float nf = t - magic;
+  const float nf = t - magic;                                      // n = round(x / ln2)
   const float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;  // ln2 = hi + lo
-  const float p = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-                      4.1665795894e-2f) *
-                         r +
-                     1.6666665459e-1f) *
-                        r +
-                    5.0000001201e-1f) *
-                   r * r) +
-                  r + 1.0f;
-  const int bits = (n + 127) << 23;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;                                          // e^r
+  const unsigned bits = static_cast<unsigned>(ti - mi + 127) << 23;  // 2^n (garbage for NaN)
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return p * scale;
