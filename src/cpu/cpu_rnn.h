@@ -79,7 +79,7 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
 // trapping math GCC if-converts the selects only with AVX-512 masks, and the AVX2 and SSE clones
 // silently stayed scalar with branches (the LSTM op took 8 ms instead of 3.6 on AVX2). Measured
 // on one core here (LSTM op, forward + backward, N=64 T=28 F=28 H=64): AVX-512 3.3-3.6 ms, AVX2
-// 3.6 ms, baseline SSE2 5.1 ms; the scalar loops with expf calls took about 8 ms.
+// 3.6 ms, baseline SSE2 5.1 ms; the previous loops (scalar, expf calls) 9-10 ms.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define MIRROR_RNN_VECTOR_CLONES \
   __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
