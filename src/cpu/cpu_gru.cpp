@@ -34,7 +34,6 @@ Dims dims_of(const Tensor& x, const ops::GruWeights& w) {
 }
 
 using rnn::add_column_sums;
-using rnn::kParallelElements;
 using rnn::require_dtype;
 using rnn::require_shape;
 
