@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
@@ -41,9 +42,34 @@ struct Result {
   std::uint64_t steady_backend_allocs;
 };
 
-Result time_model(const std::string& name, int batch, int warmup, int steps) {
+/// The bidirectional twins of gru-rows and lstm-rows (bench/step_torch.py builds the same):
+/// [28, 28] rows -> Bidirectional(GRU or LSTM, 64 units, last states, concat) -> Dense(10).
+/// Bench-only specs, so the built-in model list (and what mirror-train offers) is unchanged.
+nn::ModelSpec bench_spec(const std::string& name) {
+  const std::string cell = name == "bigru-rows" ? "gru" : "lstm";
+  nlohmann::json layer = {{"type", cell}, {"units", 64}, {"return_sequences", false}};
+  if (cell == "lstm") layer["unit_forget_bias"] = true;
+  const nlohmann::json spec = {
+      {"name", name},
+      {"layers",
+       {{{"type", "bidirectional"}, {"merge_mode", "concat"}, {"layer", layer}},
+        {{"type", "dense"}, {"activation", "linear"}}}}};
+  return nn::ModelSpec::from_json(spec, "step-bench " + name);
+}
+
+nn::Sequential make_bench_model(const std::string& name) {
+  if (name == "bigru-rows" || name == "bilstm-rows") {
+    nn::DataShape rows;
+    rows.sample_shape = {28, 28};
+    rows.outputs = 10;
+    return nn::make_model(bench_spec(name).bind(rows), DType::kFloat32, Device::cpu(), 1);
+  }
   // The built-in image models by name: [1, 28, 28] images, or [28, 28] rows for *-rows.
-  nn::Sequential model = nn::make_model(name, DType::kFloat32, Device::cpu(), 1);
+  return nn::make_model(name, DType::kFloat32, Device::cpu(), 1);
+}
+
+Result time_model(const std::string& name, int batch, int warmup, int steps) {
+  nn::Sequential model = make_bench_model(name);
   // Synthetic data: uniform pixels and labels, fixed for every step (the data path is not
   // part of what is measured).
   std::mt19937_64 rng(7);
@@ -100,8 +126,8 @@ int main(int argc, char** argv) {
       "step-bench: median time of one training step (forward, loss, backward, Adam)");
   opts.add_options()("help,h", "show this help")(
       "model", po::value(&models)->default_value("cnn,gru-rows"),
-      "comma-separated: cnn, gru-rows, lstm-rows, resnet, inception, cnn-stride2")(
-      "batch", po::value(&batch)->default_value(64), "samples per step")(
+      "comma-separated: cnn, gru-rows, lstm-rows, bigru-rows, bilstm-rows, resnet, inception, "
+      "cnn-stride2")("batch", po::value(&batch)->default_value(64), "samples per step")(
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "steps", po::value(&steps)->default_value(20), "timed steps")(
       "threads", po::value(&threads)->default_value(1), "OpenMP / oneDNN threads");

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch twin of bench/step_bench.cpp: median time of one training step (forward, loss,
-backward, Adam update) of the same two models, printed in the same format; on the CPU (the
+backward, Adam update) of the same models, printed in the same format; on the CPU (the
 twin of step-bench) or on a GPU (the twin of `mirror-bench train --devices gpu --replicas 1`).
 
   python3 bench/step_torch.py [--model cnn,gru-rows] [--batch 64] [--steps 20] [--warmup 3]
@@ -43,6 +43,24 @@ class RowLstm(nn.Module):
     def forward(self, x):
         _, (h, _) = self.lstm(x)
         return self.dense(h[0])
+
+
+class RowBi(nn.Module):
+    """[N, 28, 28] -> Bidirectional(GRU or LSTM (64), last states, concat) -> Dense(10), as
+    step-bench's bigru-rows and bilstm-rows (Keras's Bidirectional(..., merge_mode="concat"))."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.lstm = cell == "lstm"
+        rnn = nn.LSTM if self.lstm else nn.GRU
+        self.rnn = rnn(28, 64, batch_first=True, bidirectional=True)
+        self.dense = nn.Linear(128, 10)
+
+    def forward(self, x):
+        _, h = self.rnn(x)
+        if self.lstm:
+            h = h[0]
+        return self.dense(torch.cat([h[0], h[1]], dim=1))
 
 
 class BasicBlock(nn.Module):
@@ -89,9 +107,14 @@ def make_model(name):
         return RowGru(), (28, 28)
     if name == "lstm-rows":
         return RowLstm(), (28, 28)
+    if name == "bigru-rows":
+        return RowBi("gru"), (28, 28)
+    if name == "bilstm-rows":
+        return RowBi("lstm"), (28, 28)
     if name == "resnet":
         return make_resnet(), (1, 28, 28)
-    raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows, lstm-rows or resnet")
+    raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows, lstm-rows, bigru-rows, "
+                     f"bilstm-rows or resnet")
 
 
 def time_model(name, batch, warmup, steps, device):

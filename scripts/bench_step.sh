@@ -6,7 +6,8 @@
 #
 #   scripts/bench_step.sh            env: BUILD_DIR (default build), PYTHON (a python with torch),
 #                                         ROUNDS (3), STEPS (20), WARMUP (3), BATCH (64),
-#                                         THREADS (1), MODELS ("cnn gru-rows")
+#                                         THREADS (1), MODELS ("cnn gru-rows"; also lstm-rows,
+#                                         bigru-rows, bilstm-rows, resnet)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"

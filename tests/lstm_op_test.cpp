@@ -221,6 +221,42 @@ TEST(CellTanh, FloatIsWithinAFewUlpOfTanh) {
   EXPECT_EQ(math::cell_tanh(0.3), std::tanh(0.3));  // double: tanh itself
 }
 
+// Note [Cell tanh]: the branch-free float exp and sigmoid the vectorised gate loops use, against
+// double, over the polynomial's whole range, the clamps and the special values.
+TEST(CellTanh, FloatExpAndSigmoidAreWithinAFewUlp) {
+  auto ulp_of = [](double want) {
+    const auto a = static_cast<float>(std::fabs(want));
+    return static_cast<double>(std::nextafter(a, INFINITY)) - a;
+  };
+  double worst_exp = 0, worst_sigmoid = 0;
+  for (double v = -100.0; v <= 100.0; v += 1.0 / 512) {
+    for (double x : {v, v * 1e-3, v * 1e-6}) {
+      const auto f = static_cast<float>(x);
+      const double e = std::exp(static_cast<double>(f));
+      if (f > -87.0f && f < 88.0f) {
+        worst_exp = std::max(worst_exp, std::fabs(math::cell_exp(f) - e) / ulp_of(e));
+      }
+      const double s = 1.0 / (1.0 + std::exp(-static_cast<double>(f)));
+      if (s > 1e-37) {  // below, the clamp gives about 1e-38 instead of a denormal
+        worst_sigmoid = std::max(worst_sigmoid, std::fabs(math::cell_sigmoid(f) - s) / ulp_of(s));
+      }
+    }
+  }
+  EXPECT_LE(worst_exp, 2.0);
+  EXPECT_LE(worst_sigmoid, 4.0);
+  EXPECT_GT(worst_exp, 0.0);  // an approximation, and the sweep reached it
+  EXPECT_EQ(math::cell_exp(0.0f), 1.0f);
+  EXPECT_GT(math::cell_exp(1000.0f), 1e38f);  // saturates, finite
+  EXPECT_TRUE(std::isfinite(math::cell_exp(1000.0f)));
+  EXPECT_LT(math::cell_exp(-1000.0f), 1e-37f);
+  EXPECT_EQ(math::cell_sigmoid(INFINITY), 1.0f);
+  EXPECT_LT(math::cell_sigmoid(-INFINITY), 1e-37f);
+  EXPECT_EQ(math::cell_sigmoid(0.0f), 0.5f);
+  EXPECT_TRUE(std::isnan(math::cell_exp(NAN)));
+  EXPECT_TRUE(std::isnan(math::cell_sigmoid(NAN)));
+  EXPECT_EQ(math::cell_sigmoid(0.3), 1.0 / (1.0 + std::exp(-0.3)));  // double: the exact one
+}
+
 TEST(LstmOp, BadArgumentsAreInvalidArguments) {
   const Problem p = random_problem(2, 3, 2, 2, {3, 1}, 41);
   const Tensor x = make(p.x, {2, 3, 2}, DType::kFloat64);

@@ -1,12 +1,14 @@
 // The CPU GRU (float32 and float64): matrix products through ops::gemm (oneDNN for float32), the
-// element-wise gates from math/gru_cell.h (the same code the CUDA kernels run).
+// element-wise gates from math/gru_cell.h in loops that vectorise (Note [Vector gate loops]).
 //
 // Note [GRU reserve layout]: forward in training mode returns one 1-D `reserve` tensor holding
 //   states [T+1, N, H]   slot s = state before step s (slot 0 = h0 = 0, slot T = last state);
 //                        steps past a sequence's length carry the state, so slot T = h_last
 //   gates  [T, N, 4, H]  r, z, n and hn = U_n h + b_hn of each step (zeros past the length)
 // Time-major states make every step's h_prev a contiguous [N, H] matrix for the per-step gemm,
-// and slots 0..T-1 together are the [T*N, H] left factor of dW_hh's single gemm.
+// and slots 1..T-1 together are the [(T-1)*N, H] left factor of dW_hh's single gemm (slot 0 is
+// zero). The input projections and all gradients of pre-activations are time-major as well
+// (Note [Time-major products], cpu_rnn.h).
 #include "cpu/cpu_gru.h"
 
 #include <algorithm>
@@ -32,7 +34,6 @@ Dims dims_of(const Tensor& x, const ops::GruWeights& w) {
 }
 
 using rnn::add_column_sums;
-using rnn::kParallelElements;
 using rnn::require_dtype;
 using rnn::require_shape;
 
@@ -42,27 +43,42 @@ void check_weights(const Tensor& x, const ops::GruWeights& w, const char* op) {
 
 // ---------------------------------------------------------------- forward
 
-/// One step's gates for every sample: reads gx (X W_ih^T, batch-major [N*T, 3H]) and gh
-/// (h_prev W_hh^T, [N, 3H]), writes the new state, y[:, step] and (training) the saved gates.
+/// Pointers of one forward step (all [N, ...] blocks of this step).
 template <class T>
-void forward_step(const Dims& d, int64_t step, const T* gx, const T* gh, const T* b_ih,
-                  const T* b_hh, const std::int32_t* len, const T* h_prev, T* h_next, T* gates,
-                  T* y) {
+struct StepIo {
+  const T* gx;  // [N, 3H] this step's X W_ih^T (Note [Time-major products])
+  const T* gh;  // [N, 3H] h_prev W_hh^T
+  const T* b_ih;
+  const T* b_hh;
+  const std::int32_t* len;
+  const T* h_prev;
+  T* h_next;
+  T* gates;  // [N, 4H]: the saved gates, or scratch in inference (never null: Note [No null rows])
+  T* y;      // [N, T, H] (the whole output)
+};
+
+/// Rows [s0, s1) of one step's gates: writes the new state, y[:, step] and the gates r, z, n and
+/// hn = U_n h + b_hn. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
+template <class T>
+MIRROR_RNN_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                           const StepIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
-    T* yrow = y + (s * d.t + step) * H;
-    const T* hp = h_prev + s * H;
-    T* hn_row = h_next + s * H;
-    T* g = gates ? gates + s * 4 * H : nullptr;
-    if (step >= len[s]) {  // past the length: carry the state, emit zeros
+  for (int64_t s = s0; s < s1; ++s) {
+    T* yrow = io.y + (s * d.t + step) * H;
+    const T* hp = io.h_prev + s * H;
+    T* hn_row = io.h_next + s * H;
+    T* g = io.gates + s * 4 * H;
+    if (step >= io.len[s]) {  // past the length: carry the state, emit zeros
       std::copy(hp, hp + H, hn_row);
       std::fill(yrow, yrow + H, T(0));
-      if (g) std::fill(g, g + 4 * H, T(0));
+      std::fill(g, g + 4 * H, T(0));
       continue;
     }
-    const T* xr = gx + (s * d.t + step) * 3 * H;
-    const T* hr = gh + s * 3 * H;
+    const T* xr = io.gx + s * 3 * H;
+    const T* hr = io.gh + s * 3 * H;
+    const T* b_ih = io.b_ih;
+    const T* b_hh = io.b_hh;
+#pragma omp simd
     for (int64_t j = 0; j < H; ++j) {
       const T hn = hr[2 * H + j] + b_hh[2 * H + j];
       const auto c = math::gru::cell_forward<T>(xr[j] + b_ih[j], xr[H + j] + b_ih[H + j],
@@ -70,12 +86,10 @@ void forward_step(const Dims& d, int64_t step, const T* gx, const T* gh, const T
                                                 hr[H + j] + b_hh[H + j], hn, hp[j]);
       hn_row[j] = c.h;
       yrow[j] = c.h;
-      if (g) {
-        g[j] = c.r;
-        g[H + j] = c.z;
-        g[2 * H + j] = c.n;
-        g[3 * H + j] = hn;
-      }
+      g[j] = c.r;
+      g[H + j] = c.z;
+      g[2 * H + j] = c.n;
+      g[3 * H + j] = hn;
     }
   }
 }
@@ -105,15 +119,17 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
   Tensor h0 = state(0);
   std::fill_n(h0.data<T>(), h0.numel(), T(0));
 
-  Tensor gx = Tensor::empty({d.n * d.t, 3 * d.h}, dt, dev);
+  Tensor gx = Tensor::empty({d.t * d.n, 3 * d.h}, dt, dev);  // time-major
   Tensor gh = Tensor::empty({d.n, 3 * d.h}, dt, dev);
   if (d.f > 0) {
-    ops::gemm(false, true, 1.0, x.reshape({d.n * d.t, d.f}), w.w_ih, 0.0, gx);
+    ops::gemm(false, true, 1.0, rnn::time_major<T>(x), w.w_ih, 0.0, gx);
   } else {
     std::fill_n(gx.data<T>(), gx.numel(), T(0));
   }
 
-  T* gates = training ? saved.data<T>() + d.states_numel() : nullptr;
+  // Inference writes every step's gates into one scratch block (Note [No null rows]).
+  Tensor scratch = training ? Tensor() : Tensor::empty({d.n * 4 * d.h}, dt, dev);
+  T* gates = training ? saved.data<T>() + d.states_numel() : scratch.data<T>();
   for (int64_t step = 0; step < d.t; ++step) {
     Tensor h_prev = state(step), h_next = state(step + 1);
     if (step == 0) {
@@ -121,9 +137,17 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
     } else {
       ops::gemm(false, true, 1.0, h_prev, w.w_hh, 0.0, gh);
     }
-    forward_step<T>(d, step, gx.data<T>(), gh.data<T>(), w.b_ih.data<T>(), w.b_hh.data<T>(),
-                    lengths.data(), h_prev.data<T>(), h_next.data<T>(),
-                    gates ? gates + step * d.n * 4 * d.h : nullptr, out.y.data<T>());
+    const StepIo<T> io{gx.data<T>() + step * d.n * 3 * d.h,
+                       gh.data<T>(),
+                       w.b_ih.data<T>(),
+                       w.b_hh.data<T>(),
+                       lengths.data(),
+                       h_prev.data<T>(),
+                       h_next.data<T>(),
+                       gates + (training ? step * d.n * 4 * d.h : 0),
+                       out.y.data<T>()};
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { forward_rows<T>(d, step, s0, s1, io); });
   }
   out.h_last.copy_from(state(d.t));
   if (training) out.reserve = saved;
@@ -132,32 +156,43 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
 
 // ---------------------------------------------------------------- backward
 
-/// One step of BPTT for every sample: dh_cur is d(loss)/d(state after `step`) excluding this
-/// step's dy; writes the pre-activation grads (dgx batch-major, dgh_step [N, 3H]) and the
-/// direct part of d(loss)/d(state before `step`) into dh_next.
+/// Pointers of one backward step.
 template <class T>
-void backward_step(const Dims& d, int64_t step, const T* dy, const T* gates, const T* h_prev,
-                   const std::int32_t* len, const T* dh_cur, T* dh_next, T* dgx, T* dgh_step) {
+struct BackIo {
+  const T* dy;  // [N, T, H], or nullptr: then `zeros` [H] stands for every row
+  const T* zeros;
+  const T* gates;   // [N, 4H] of this step
+  const T* h_prev;  // [N, H] the state before the step
+  const std::int32_t* len;
+  const T* dh_cur;  // d(loss)/d(state after the step), excluding this step's dy
+  T* dh_next;       // direct part of d(loss)/d(state before the step) (U^T product added later)
+  T* dgx;           // [N, 3H] this step's grads of W_ih x + b_ih
+  T* dgh;           // [N, 3H] this step's grads of U h + b_hh
+};
+
+/// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
+template <class T>
+MIRROR_RNN_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                            const BackIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
-    const T* dc = dh_cur + s * H;
-    T* dn_row = dh_next + s * H;
-    T* gxr = dgx + (s * d.t + step) * 3 * H;
-    T* ghr = dgh_step + s * 3 * H;
-    if (step >= len[s]) {  // carried state: the gradient passes through, nothing is learned
+  for (int64_t s = s0; s < s1; ++s) {
+    const T* dc = io.dh_cur + s * H;
+    T* dn_row = io.dh_next + s * H;
+    T* gxr = io.dgx + s * 3 * H;
+    T* ghr = io.dgh + s * 3 * H;
+    if (step >= io.len[s]) {  // carried state: the gradient passes through, nothing is learned
       std::copy(dc, dc + H, dn_row);
       std::fill(gxr, gxr + 3 * H, T(0));
       std::fill(ghr, ghr + 3 * H, T(0));
       continue;
     }
-    const T* g = gates + s * 4 * H;
-    const T* hp = h_prev + s * H;
-    const T* dyr = dy ? dy + (s * d.t + step) * H : nullptr;
+    const T* dyr = io.dy ? io.dy + (s * d.t + step) * H : io.zeros;
+    const T* g = io.gates + s * 4 * H;
+    const T* hp = io.h_prev + s * H;
+#pragma omp simd
     for (int64_t j = 0; j < H; ++j) {
-      const T dh = dc[j] + (dyr ? dyr[j] : T(0));
-      const auto c =
-          math::gru::cell_backward<T>(dh, g[j], g[H + j], g[2 * H + j], g[3 * H + j], hp[j]);
+      const auto c = math::gru::cell_backward<T>(dc[j] + dyr[j], g[j], g[H + j], g[2 * H + j],
+                                                 g[3 * H + j], hp[j]);
       gxr[j] = c.d_xr;
       gxr[H + j] = c.d_xz;
       gxr[2 * H + j] = c.d_xn;
@@ -191,13 +226,15 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   const DType dt = x.dtype();
   const Device dev = x.device();
   if (d.n == 0 || d.t == 0 || d.h == 0) return Tensor::zeros({d.n, d.t, d.f}, dt, dev);
-  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written by the last gemm
+  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written from dx_t at the end
 
   const T* states = fwd.reserve.data<T>();
   const T* gates = states + d.states_numel();
-  Tensor dgx = Tensor::empty({d.n * d.t, 3 * d.h}, dt, dev);  // batch-major, like x
-  Tensor dgh = Tensor::empty({d.t * d.n, 3 * d.h}, dt, dev);  // time-major, like the states
-  Tensor dh = Tensor::empty({2 * d.n * d.h}, dt, dev);        // ping-pong state gradient
+  // Time-major pre-activation gradients (Note [Time-major products]): of W_ih x + b_ih and of
+  // U h + b_hh (they differ in the n block, where r scales U_n h).
+  Tensor dgx = Tensor::empty({d.t * d.n, 3 * d.h}, dt, dev);
+  Tensor dgh = Tensor::empty({d.t * d.n, 3 * d.h}, dt, dev);
+  Tensor dh = Tensor::empty({2 * d.n * d.h}, dt, dev);  // ping-pong state gradient
   auto dh_slot = [&](int64_t step) -> Tensor {
     return dh.view((step % 2) * d.n * d.h, {d.n, d.h});
   };
@@ -208,26 +245,38 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   } else {
     std::fill_n(dh_t.data<T>(), dh_t.numel(), T(0));
   }
-  const T* dy_p = dy.defined() ? dy.data<T>() : nullptr;
+  const Tensor zeros = Tensor::zeros({d.h}, dt, dev);  // the dy row when dy is undefined
   for (int64_t step = d.t - 1; step >= 0; --step) {
     Tensor cur = dh_slot(step + 1), next = dh_slot(step);
     Tensor dgh_step = dgh.view(step * d.n * 3 * d.h, {d.n, 3 * d.h});
-    backward_step<T>(d, step, dy_p, gates + step * d.n * 4 * d.h, states + step * d.n * d.h,
-                     lengths.data(), cur.data<T>(), next.data<T>(), dgx.data<T>(),
-                     dgh_step.data<T>());
+    const BackIo<T> io{dy.defined() ? dy.data<T>() : nullptr,
+                       zeros.data<T>(),
+                       gates + step * d.n * 4 * d.h,
+                       states + step * d.n * d.h,
+                       lengths.data(),
+                       cur.data<T>(),
+                       next.data<T>(),
+                       dgx.data<T>() + step * d.n * 3 * d.h,
+                       dgh_step.data<T>()};
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { backward_rows<T>(d, step, s0, s1, io); });
     // The state before step 0 is the constant h0: its gradient is not needed.
     if (step > 0) ops::gemm(false, false, 1.0, dgh_step, w.w_hh, 1.0, next);
   }
 
-  const Tensor h_prev_all = fwd.reserve.view(0, {d.t * d.n, d.h});
-  ops::gemm(true, false, 1.0, dgh, h_prev_all, 1.0, dw.w_hh);
+  // dW_hh: the states before steps 1..T-1 (slot 0, before step 0, is zero and adds nothing).
+  if (d.t > 1) {
+    const int64_t rows = (d.t - 1) * d.n;
+    ops::gemm(true, false, 1.0, dgh.view(d.n * 3 * d.h, {rows, 3 * d.h}),
+              fwd.reserve.view(d.n * d.h, {rows, d.h}), 1.0, dw.w_hh);
+  }
   add_column_sums<T>(dgx, dw.b_ih);
   add_column_sums<T>(dgh, dw.b_hh);
   if (d.f > 0) {
-    const Tensor x2 = x.reshape({d.n * d.t, d.f});
-    ops::gemm(true, false, 1.0, dgx, x2, 1.0, dw.w_ih);
-    Tensor dx2 = dx.reshape({d.n * d.t, d.f});
-    ops::gemm(false, false, 1.0, dgx, w.w_ih, 0.0, dx2);
+    ops::gemm(true, false, 1.0, dgx, rnn::time_major<T>(x), 1.0, dw.w_ih);
+    Tensor dx_t = Tensor::empty({d.t * d.n, d.f}, dt, dev);
+    ops::gemm(false, false, 1.0, dgx, w.w_ih, 0.0, dx_t);
+    rnn::swap_leading<T>(dx_t.data<T>(), d.t, d.n, d.f, dx.data<T>());
   }
   return dx;
 }

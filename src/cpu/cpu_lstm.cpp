@@ -1,6 +1,7 @@
 // The CPU LSTM (float32 and float64): matrix products through ops::gemm (oneDNN for float32), the
 // element-wise gates from math/lstm_cell.h. Structured like cpu_gru.cpp: the input projection of
-// all steps is one gemm, each step one recurrent gemm plus one fused gate loop.
+// all steps is one gemm, each step one recurrent gemm (accumulated into the step's block of the
+// projection, Note [Time-major products] in cpu_rnn.h) plus one fused, vectorised gate loop.
 //
 // Note [LSTM reserve layout]: forward in training mode returns one 1-D `reserve` tensor holding
 //   states [T+1, N, H]   slot s = hidden state before step s (slot 0 = h0 = 0); steps past a
@@ -8,7 +9,7 @@
 //   cells  [T+1, N, H]   the same for the cell state (slot T = c_last)
 //   gates  [T, N, 4H]    the activated i, f, g, o of each step (zeros past the length)
 // Time-major states make every step's h_prev a contiguous [N, H] matrix for the per-step gemm,
-// and slots 0..T-1 together are the [T*N, H] left factor of dW_hh's single gemm.
+// and slots 1..T-1 together are the [(T-1)*N, H] left factor of dW_hh's single gemm.
 #include "cpu/cpu_lstm.h"
 
 #include <algorithm>
@@ -36,55 +37,54 @@ Dims dims_of(const Tensor& x, const ops::LstmWeights& w) {
 
 // ---------------------------------------------------------------- forward
 
-/// Pointers of one forward step (all [N, ...] for this step).
+/// Pointers of one forward step (all [N, ...] blocks of this step).
 template <class T>
 struct StepIo {
-  const T* gx;    // X W_ih^T, batch-major [N*T, 4H] (the whole sequence)
-  const T* gh;    // h_prev W_hh^T [N, 4H]
+  const T* pre;   // [N, 4H] x W_ih^T + h_prev W_hh^T (Note [Time-major products])
   const T* bias;  // b_ih + b_hh [4H]
+  const std::int32_t* len;
   const T* h_prev;
   const T* c_prev;
   T* h_next;
   T* c_next;
-  T* gates;  // [N, 4H] or nullptr (inference)
+  T* gates;  // [N, 4H]: the saved gates, or scratch in inference (never null: Note [No null rows])
   T* y;      // [N, T, H] (the whole output)
 };
 
+/// Rows [s0, s1) of one step's gates: writes both new states, y[:, step] and the activated
+/// gates i, f, g, o. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
 template <class T>
-void forward_step(const Dims& d, int64_t step, const std::int32_t* len, const StepIo<T>& io) {
+MIRROR_RNN_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                           const StepIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= rnn::kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     T* yrow = io.y + (s * d.t + step) * H;
     const T* hp = io.h_prev + s * H;
     const T* cp = io.c_prev + s * H;
     T* hn = io.h_next + s * H;
     T* cn = io.c_next + s * H;
-    T* g = io.gates ? io.gates + s * 4 * H : nullptr;
-    if (step >= len[s]) {  // past the length: carry both states, emit zeros
+    T* g = io.gates + s * 4 * H;
+    if (step >= io.len[s]) {  // past the length: carry both states, emit zeros
       std::copy(hp, hp + H, hn);
       std::copy(cp, cp + H, cn);
       std::fill(yrow, yrow + H, T(0));
-      if (g) std::fill(g, g + 4 * H, T(0));
+      std::fill(g, g + 4 * H, T(0));
       continue;
     }
-    const T* xr = io.gx + (s * d.t + step) * 4 * H;
-    const T* hr = io.gh + s * 4 * H;
+    const T* pre = io.pre + s * 4 * H;
     const T* b = io.bias;
+#pragma omp simd
     for (int64_t j = 0; j < H; ++j) {
-      const auto c =
-          math::lstm::cell_forward<T>(xr[j] + hr[j] + b[j], xr[H + j] + hr[H + j] + b[H + j],
-                                      xr[2 * H + j] + hr[2 * H + j] + b[2 * H + j],
-                                      xr[3 * H + j] + hr[3 * H + j] + b[3 * H + j], cp[j]);
+      const auto c = math::lstm::cell_forward<T>(pre[j] + b[j], pre[H + j] + b[H + j],
+                                                 pre[2 * H + j] + b[2 * H + j],
+                                                 pre[3 * H + j] + b[3 * H + j], cp[j]);
       hn[j] = c.h;
       cn[j] = c.c;
       yrow[j] = c.h;
-      if (g) {
-        g[j] = c.i;
-        g[H + j] = c.f;
-        g[2 * H + j] = c.g;
-        g[3 * H + j] = c.o;
-      }
+      g[j] = c.i;
+      g[H + j] = c.f;
+      g[2 * H + j] = c.g;
+      g[3 * H + j] = c.o;
     }
   }
 }
@@ -117,34 +117,36 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
   std::fill_n(slot(0, 0).template data<T>(), d.slot(), T(0));
   std::fill_n(slot(1, 0).template data<T>(), d.slot(), T(0));
 
-  Tensor gx = Tensor::empty({d.n * d.t, 4 * d.h}, dt, dev);
-  Tensor gh = Tensor::empty({d.n, 4 * d.h}, dt, dev);
+  // Time-major pre-activations (Note [Time-major products]): the input projection of every
+  // step in one gemm; each step's recurrent product is then added into its own block.
+  Tensor pre = Tensor::empty({d.t * d.n, 4 * d.h}, dt, dev);
   Tensor bias = w.b_ih.clone();
   ops::axpy(1.0, w.b_hh, bias);
   if (d.f > 0) {
-    ops::gemm(false, true, 1.0, x.reshape({d.n * d.t, d.f}), w.w_ih, 0.0, gx);
+    ops::gemm(false, true, 1.0, rnn::time_major<T>(x), w.w_ih, 0.0, pre);
   } else {
-    std::fill_n(gx.data<T>(), gx.numel(), T(0));
+    std::fill_n(pre.data<T>(), pre.numel(), T(0));
   }
 
-  T* gates = training ? saved.data<T>() + d.gates_offset() : nullptr;
+  // Inference writes every step's gates into one scratch block (Note [No null rows]).
+  Tensor scratch = training ? Tensor() : Tensor::empty({d.n * 4 * d.h}, dt, dev);
+  T* gates = training ? saved.data<T>() + d.gates_offset() : scratch.data<T>();
   for (int64_t step = 0; step < d.t; ++step) {
     Tensor h_prev = slot(0, step);
-    if (step == 0) {
-      std::fill_n(gh.data<T>(), gh.numel(), T(0));  // h0 = 0
-    } else {
-      ops::gemm(false, true, 1.0, h_prev, w.w_hh, 0.0, gh);
-    }
-    const StepIo<T> io{gx.data<T>(),
-                       gh.data<T>(),
+    Tensor pre_step = pre.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
+    // h0 = 0: the first step has no recurrent product.
+    if (step > 0) ops::gemm(false, true, 1.0, h_prev, w.w_hh, 1.0, pre_step);
+    const StepIo<T> io{pre_step.data<T>(),
                        bias.data<T>(),
+                       lengths.data(),
                        h_prev.data<T>(),
                        slot(1, step).template data<T>(),
                        slot(0, step + 1).template data<T>(),
                        slot(1, step + 1).template data<T>(),
-                       gates ? gates + step * d.n * 4 * d.h : nullptr,
+                       gates + (training ? step * d.n * 4 * d.h : 0),
                        out.y.data<T>()};
-    forward_step<T>(d, step, lengths.data(), io);
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { forward_rows<T>(d, step, s0, s1, io); });
   }
   out.h_last.copy_from(slot(0, d.t));
   out.c_last.copy_from(slot(1, d.t));
@@ -157,7 +159,9 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
 /// Pointers of one backward step.
 template <class T>
 struct BackIo {
-  const T* dy;      // [N, T, H] or nullptr
+  const T* dy;  // [N, T, H], or nullptr: then `zeros` [H] stands for every row
+  const T* zeros;
+  const std::int32_t* len;
   const T* gates;   // [N, 4H] of this step
   const T* c_prev;  // [N, H] cell before the step
   const T* c_next;  // [N, H] cell after the step
@@ -165,40 +169,38 @@ struct BackIo {
   const T* dc_cur;  // d(loss)/d(c after the step)
   T* dh_next;       // direct part of d(loss)/d(h before the step) (the U^T product is added later)
   T* dc_next;       // d(loss)/d(c before the step)
-  T* dgx;           // [N*T, 4H] batch-major pre-activation grads (the whole sequence)
-  T* dgh;           // [N, 4H] this step's pre-activation grads (time-major buffer)
+  T* dg;            // [N, 4H] this step's pre-activation grads (time-major buffer)
 };
 
+/// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
 template <class T>
-void backward_step(const Dims& d, int64_t step, const std::int32_t* len, const BackIo<T>& io) {
+MIRROR_RNN_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                            const BackIo<T>& io) {
   const int64_t H = d.h;
-#pragma omp parallel for if (d.n * H >= rnn::kParallelElements)
-  for (int64_t s = 0; s < d.n; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     const T* dh_c = io.dh_cur + s * H;
     const T* dc_c = io.dc_cur + s * H;
     T* dh_n = io.dh_next + s * H;
     T* dc_n = io.dc_next + s * H;
-    T* gxr = io.dgx + (s * d.t + step) * 4 * H;
-    T* ghr = io.dgh + s * 4 * H;
-    if (step >= len[s]) {  // carried states: the gradients pass through, nothing is learned
+    T* dg = io.dg + s * 4 * H;
+    if (step >= io.len[s]) {  // carried states: the gradients pass through, nothing is learned
       std::copy(dh_c, dh_c + H, dh_n);
       std::copy(dc_c, dc_c + H, dc_n);
-      std::fill(gxr, gxr + 4 * H, T(0));
-      std::fill(ghr, ghr + 4 * H, T(0));
+      std::fill(dg, dg + 4 * H, T(0));
       continue;
     }
+    const T* dyr = io.dy ? io.dy + (s * d.t + step) * H : io.zeros;
     const T* g = io.gates + s * 4 * H;
     const T* cp = io.c_prev + s * H;
     const T* cn = io.c_next + s * H;
-    const T* dyr = io.dy ? io.dy + (s * d.t + step) * H : nullptr;
+#pragma omp simd
     for (int64_t j = 0; j < H; ++j) {
-      const T dh = dh_c[j] + (dyr ? dyr[j] : T(0));
-      const auto c = math::lstm::cell_backward<T>(dh, dc_c[j], g[j], g[H + j], g[2 * H + j],
-                                                  g[3 * H + j], cn[j], cp[j]);
-      gxr[j] = ghr[j] = c.d_ai;
-      gxr[H + j] = ghr[H + j] = c.d_af;
-      gxr[2 * H + j] = ghr[2 * H + j] = c.d_ag;
-      gxr[3 * H + j] = ghr[3 * H + j] = c.d_ao;
+      const auto c = math::lstm::cell_backward<T>(dh_c[j] + dyr[j], dc_c[j], g[j], g[H + j],
+                                                  g[2 * H + j], g[3 * H + j], cn[j], cp[j]);
+      dg[j] = c.d_ai;
+      dg[H + j] = c.d_af;
+      dg[2 * H + j] = c.d_ag;
+      dg[3 * H + j] = c.d_ao;
       dc_n[j] = c.dc_prev;
       dh_n[j] = T(0);  // h reaches the step only through U h: the gemm below adds it
     }
@@ -227,14 +229,15 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   const DType dt = x.dtype();
   const Device dev = x.device();
   if (d.n == 0 || d.t == 0 || d.h == 0) return Tensor::zeros({d.n, d.t, d.f}, dt, dev);
-  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written by the last gemm
+  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written from dx_t at the end
 
   const T* states = fwd.reserve.data<T>();
   const T* cells = states + d.states_numel();
   const T* gates = states + d.gates_offset();
-  Tensor dgx = Tensor::empty({d.n * d.t, 4 * d.h}, dt, dev);  // batch-major, like x
-  Tensor dgh = Tensor::empty({d.t * d.n, 4 * d.h}, dt, dev);  // time-major, like the states
-  Tensor grads = Tensor::empty({4 * d.slot()}, dt, dev);      // ping-pong dh and dc
+  // The pre-activation gradients, time-major (Note [Time-major products]): the same values feed
+  // dW_ih, dW_hh, both biases and dx.
+  Tensor dg = Tensor::empty({d.t * d.n, 4 * d.h}, dt, dev);
+  Tensor grads = Tensor::empty({4 * d.slot()}, dt, dev);  // ping-pong dh and dc
   auto dh_slot = [&](int64_t step) -> Tensor {
     return grads.view((step % 2) * d.slot(), {d.n, d.h});
   };
@@ -249,11 +252,13 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
     std::fill_n(dh_t.data<T>(), d.slot(), T(0));
   }
   std::fill_n(dc_slot(d.t).template data<T>(), d.slot(), T(0));  // c_last feeds nothing
-  const T* dy_p = dy.defined() ? dy.data<T>() : nullptr;
+  const Tensor zeros = Tensor::zeros({d.h}, dt, dev);            // the dy row when dy is undefined
   for (int64_t step = d.t - 1; step >= 0; --step) {
     Tensor dh_next = dh_slot(step);
-    Tensor dgh_step = dgh.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
-    const BackIo<T> io{dy_p,
+    Tensor dg_step = dg.view(step * d.n * 4 * d.h, {d.n, 4 * d.h});
+    const BackIo<T> io{dy.defined() ? dy.data<T>() : nullptr,
+                       zeros.data<T>(),
+                       lengths.data(),
                        gates + step * d.n * 4 * d.h,
                        cells + step * d.slot(),
                        cells + (step + 1) * d.slot(),
@@ -261,23 +266,26 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
                        dc_slot(step + 1).template data<T>(),
                        dh_next.data<T>(),
                        dc_slot(step).template data<T>(),
-                       dgx.data<T>(),
-                       dgh_step.data<T>()};
-    backward_step<T>(d, step, lengths.data(), io);
+                       dg_step.data<T>()};
+    rnn::for_row_blocks(d.n, d.n * d.h,
+                        [&](int64_t s0, int64_t s1) { backward_rows<T>(d, step, s0, s1, io); });
     // The states before step 0 are the constant zeros: their gradients are not needed.
-    if (step > 0) ops::gemm(false, false, 1.0, dgh_step, w.w_hh, 1.0, dh_next);
+    if (step > 0) ops::gemm(false, false, 1.0, dg_step, w.w_hh, 1.0, dh_next);
   }
 
-  const Tensor h_prev_all = fwd.reserve.view(0, {d.t * d.n, d.h});
-  ops::gemm(true, false, 1.0, dgh, h_prev_all, 1.0, dw.w_hh);
+  // dW_hh: the states before steps 1..T-1 (slot 0, before step 0, is zero and adds nothing).
+  if (d.t > 1) {
+    const int64_t rows = (d.t - 1) * d.n;
+    ops::gemm(true, false, 1.0, dg.view(d.n * 4 * d.h, {rows, 4 * d.h}),
+              fwd.reserve.view(d.slot(), {rows, d.h}), 1.0, dw.w_hh);
+  }
   // Both biases enter every gate pre-activation the same way: one gradient for both.
-  rnn::add_column_sums<T>(dgx, dw.b_ih);
-  rnn::add_column_sums<T>(dgx, dw.b_hh);
+  rnn::add_column_sums<T>(dg, dw.b_ih, &dw.b_hh);
   if (d.f > 0) {
-    const Tensor x2 = x.reshape({d.n * d.t, d.f});
-    ops::gemm(true, false, 1.0, dgx, x2, 1.0, dw.w_ih);
-    Tensor dx2 = dx.reshape({d.n * d.t, d.f});
-    ops::gemm(false, false, 1.0, dgx, w.w_ih, 0.0, dx2);
+    ops::gemm(true, false, 1.0, dg, rnn::time_major<T>(x), 1.0, dw.w_ih);
+    Tensor dx_t = Tensor::empty({d.t * d.n, d.f}, dt, dev);
+    ops::gemm(false, false, 1.0, dg, w.w_ih, 0.0, dx_t);
+    rnn::swap_leading<T>(dx_t.data<T>(), d.t, d.n, d.f, dx.data<T>());
   }
   return dx;
 }

@@ -26,9 +26,9 @@ struct CellForward {
 template <class T>
 MIRROR_HD inline CellForward<T> cell_forward(T xr, T xz, T xn, T hr, T hz, T hn, T h_prev) {
   CellForward<T> out;
-  out.r = sigmoid(xr + hr);
-  out.z = sigmoid(xz + hz);
-  out.n = cell_tanh(xn + out.r * hn);  // Note [Cell tanh]
+  out.r = cell_sigmoid(xr + hr);  // Note [Cell tanh]
+  out.z = cell_sigmoid(xz + hz);
+  out.n = cell_tanh(xn + out.r * hn);
   out.h = (T(1) - out.z) * out.n + out.z * h_prev;
   return out;
 }

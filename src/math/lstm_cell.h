@@ -29,10 +29,10 @@ struct CellForward {
 template <class T>
 MIRROR_HD inline CellForward<T> cell_forward(T ai, T af, T ag, T ao, T c_prev) {
   CellForward<T> out;
-  out.i = sigmoid(ai);
-  out.f = sigmoid(af);
-  out.g = cell_tanh(ag);  // Note [Cell tanh]
-  out.o = sigmoid(ao);
+  out.i = cell_sigmoid(ai);  // Note [Cell tanh]
+  out.f = cell_sigmoid(af);
+  out.g = cell_tanh(ag);
+  out.o = cell_sigmoid(ao);
   out.c = out.f * c_prev + out.i * out.g;
   out.h = out.o * cell_tanh(out.c);
   return out;
