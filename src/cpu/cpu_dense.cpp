@@ -1,10 +1,15 @@
-// Dense kernels: GEMM (float32 through oneDNN's dnnl_sgemm, float64 through reference loops
-// that double as the test oracle), bias add and bias gradient.
+// Dense kernels: GEMM (float32 through oneDNN's dnnl_sgemm, or its bfloat16 matmul under
+// MathMode::kBFloat16; float64 through reference loops that double as the test oracle), bias add
+// and bias gradient.
 #include <dnnl.hpp>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_kernels.h"
+#include "mirror/precision.h"
 
 namespace mirror::cpu {
 namespace {
@@ -52,6 +57,52 @@ void sgemm_onednn(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
                    " k=" + std::to_string(k));
 }
 
+/// A cached bfloat16 matmul: the f32 -> bf16 reorders of both operands (same strides, so a
+/// transposed operand stays a strided view) and the primitive, which accumulates in f32 and
+/// writes C in f32 (alpha as an output scale, beta as a sum post-op).
+struct Bf16Gemm {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  DnnlBoundary a, b, c;
+};
+
+dnnl::memory::desc matrix(std::int64_t rows, std::int64_t cols, bool transposed,
+                          dnnl::memory::data_type type) {
+  // Row-major [rows, cols], or the transpose of a row-major [cols, rows].
+  return {
+      {rows, cols}, type, transposed ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1}};
+}
+
+void gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+               const Tensor& a, const Tensor& b, double beta, Tensor& c) {
+  using dt = dnnl::memory::data_type;
+  static PrimitiveCache<std::shared_ptr<const Bf16Gemm>> cache;
+  std::string key = std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
+                    (ta ? ",T" : ",N") + (tb ? "T," : "N,") + std::to_string(alpha) + "," +
+                    std::to_string(beta);
+  auto e = cache.get(key, [&] {
+    const auto a32 = matrix(m, k, ta, dt::f32), b32 = matrix(k, n, tb, dt::f32);
+    const auto a16 = matrix(m, k, ta, dt::bf16), b16 = matrix(k, n, tb, dt::bf16);
+    const auto c32 = matrix(m, n, false, dt::f32);
+    dnnl::primitive_attr attr = dnnl_user_scratchpad_attr();
+    if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
+    if (beta != 0.0) {
+      dnnl::post_ops ops;
+      ops.append_sum(static_cast<float>(beta));
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a16, b16, c32), attr, dnnl_engine());
+    return std::make_shared<const Bf16Gemm>(
+        Bf16Gemm{pd, dnnl::matmul(pd), dnnl_input_boundary(a32, a16), dnnl_input_boundary(b32, b16),
+                 dnnl_output_boundary(c32, c32)});
+  });
+  DnnlRun run(c.device());
+  run.input(DNNL_ARG_SRC, e->a, a);
+  run.input(DNNL_ARG_WEIGHTS, e->b, b);
+  run.output(DNNL_ARG_DST, e->c, c);
+  run.execute(e->prim, e->pd.scratchpad_desc());
+}
+
 }  // namespace
 
 void CpuKernels::gemm(bool ta, bool tb, double alpha, const Tensor& a, const Tensor& b, double beta,
@@ -69,6 +120,22 @@ void CpuKernels::gemm(bool ta, bool tb, double alpha, const Tensor& a, const Ten
     const T* bp = b.data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (beta == 0) scale_c(cp, m * n, 0.0);  // BLAS may read C even when beta == 0
+      const MathMode mode = math_mode();
+      if (mode == MathMode::kBFloat16) {
+        try {
+          gemm_bf16(ta, tb, m, n, k, alpha, a, b, beta, c);
+        } catch (const dnnl::error& e) {
+          rethrow_dnnl(e, "gemm (bfloat16) " + a.str() + " x " + b.str());
+        }
+        return;
+      }
+      Tensor ha, hb;  // Note [CPU fp16 emulation]
+      if (mode == MathMode::kFloat16) {
+        ha = round_to_half(a);
+        hb = round_to_half(b);
+        ap = ha.data<float>();
+        bp = hb.data<float>();
+      }
       sgemm_onednn(ta, tb, m, n, k, static_cast<float>(alpha), ap, a.dim(1), bp, b.dim(1),
                    static_cast<float>(beta), cp, n);
     } else {

@@ -200,6 +200,9 @@ void fill(Tensor& a, double value) { backend("fill", {&a}).fill(a, value); }
 double sum_squares(const Tensor& a) { return backend("sum_squares", {&a}).sum_squares(a); }
 Tensor cast(const Tensor& a, DType to) { return backend("cast", {&a}).cast(a, to); }
 bool all_finite(const Tensor& a) { return backend("all_finite", {&a}).all_finite(a); }
+MathSupport math_support(Device device, MathMode mode) {
+  return kernels_for(device).math_support(device, mode);
+}
 
 Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   KernelSet& k = backend("embedding_forward", {&ids, &table});

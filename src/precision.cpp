@@ -1,0 +1,76 @@
+// The mixed-precision policy names, the process-wide math mode and the loss-scale state machine
+// (Note [Mixed precision], Note [Loss scaling] in mirror/precision.h).
+#include "mirror/precision.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "mirror/error.h"
+
+namespace mirror {
+namespace {
+std::atomic<MathMode> g_math_mode{MathMode::kFloat32};
+}  // namespace
+
+Precision parse_precision(const std::string& text) {
+  if (text == "float32") return Precision::kFloat32;
+  if (text == "mixed_bfloat16") return Precision::kMixedBFloat16;
+  if (text == "mixed_float16") return Precision::kMixedFloat16;
+  throw InvalidArgument("unknown precision policy '" + text +
+                        "': expected float32, mixed_bfloat16 or mixed_float16 (Keras's names)");
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFloat32:
+      return "float32";
+    case Precision::kMixedBFloat16:
+      return "mixed_bfloat16";
+    case Precision::kMixedFloat16:
+      return "mixed_float16";
+  }
+  return "?";
+}
+
+MathMode math_mode_of(Precision p) {
+  switch (p) {
+    case Precision::kMixedBFloat16:
+      return MathMode::kBFloat16;
+    case Precision::kMixedFloat16:
+      return MathMode::kFloat16;
+    case Precision::kFloat32:
+      break;
+  }
+  return MathMode::kFloat32;
+}
+
+const char* math_mode_name(MathMode m) {
+  switch (m) {
+    case MathMode::kFloat32:
+      return "float32";
+    case MathMode::kBFloat16:
+      return "bfloat16";
+    case MathMode::kFloat16:
+      return "float16";
+  }
+  return "?";
+}
+
+MathMode math_mode() { return g_math_mode.load(std::memory_order_relaxed); }
+
+ScopedMathMode::ScopedMathMode(MathMode mode) : previous_(g_math_mode.exchange(mode)) {}
+ScopedMathMode::~ScopedMathMode() { g_math_mode.store(previous_); }
+
+void LossScale::update(bool finite) {
+  if (!finite) {
+    scale = std::max(kMin, scale * 0.5);
+    good_steps = 0;
+    return;
+  }
+  if (++good_steps >= kGrowthInterval) {
+    scale = std::min(kMax, scale * 2.0);
+    good_steps = 0;
+  }
+}
+
+}  // namespace mirror
