@@ -56,6 +56,19 @@ const char* math_mode_name(MathMode m) {
   return "?";
 }
 
+std::string gpu_math_missing(int cc_major, int cc_minor, MathMode mode) {
+  const int cc = cc_major * 10 + cc_minor;
+  const std::string have = std::to_string(cc_major) + "." + std::to_string(cc_minor);
+  if (mode == MathMode::kBFloat16 && cc < 80)
+    return "bfloat16 tensor cores need compute capability 8.0 (Ampere) or newer, this GPU has " +
+           have;
+  if (mode == MathMode::kFloat16 && cc < 70)
+    return "fast fp16 (tensor cores) needs compute capability 7.0 (Volta) or newer, this GPU "
+           "has " +
+           have;
+  return {};
+}
+
 MathMode math_mode() { return g_math_mode.load(std::memory_order_relaxed); }
 
 ScopedMathMode::ScopedMathMode(MathMode mode) : previous_(g_math_mode.exchange(mode)) {}

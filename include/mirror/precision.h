@@ -45,6 +45,11 @@ class ScopedMathMode {
   MathMode previous_;
 };
 
+/// What a GPU of compute capability major.minor lacks for `mode` ("" when nothing): bfloat16
+/// tensor cores need 8.0 (Ampere), fast fp16 7.0 (Volta). The CUDA backend refuses a policy with
+/// this text; mirror-doctor shows it per device.
+std::string gpu_math_missing(int cc_major, int cc_minor, MathMode mode);
+
 /// Note [Loss scaling]: fp16 has 5 exponent bits, so small gradients underflow to zero. The loss
 /// (and so every gradient) is multiplied by `scale` before backward and the reduced gradients
 /// divided by it before the optimizer. A step whose reduced gradients hold an inf or NaN is
