@@ -5,7 +5,8 @@
 # lstm-rows, bigru-words and conv1d-words are the shipped specs (examples/models/) trained on the
 # data of gru-rows (Fashion-MNIST rows) and gru-words (the word lists) with the same settings.
 # resnet's 2-rank run synchronises BatchNorm (--sync-batchnorm), so both runs see the statistics
-# of the same global batch.
+# of the same global batch. PRECISION=mixed_bfloat16 (or mixed_float16) trains under that policy
+# (docs/mixed_precision.md); its logs are named <model>-<policy>-np<N>.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -13,6 +14,9 @@ out="${OUT:-$root/runs}"
 mkdir -p "$out"
 [ -x "$build/bin/mirror-train" ] || "$root/scripts/build.sh" >/dev/null
 models=("$@")
+precision="${PRECISION:-float32}"
+suffix=""
+[ "$precision" = float32 ] || suffix="-$precision"
 [ ${#models[@]} -gt 0 ] || models=(gru-rows cnn gru-words)
 
 args_for() {
@@ -33,7 +37,8 @@ for model in "${models[@]}"; do
   for np in 1 2; do
     read -r -a args <<<"$(args_for "$model")"
     [ "$model" != resnet ] || [ "$np" = 1 ] || args+=(--sync-batchnorm)
-    log="$out/$model-np$np"
+    args+=(--precision "$precision")
+    log="$out/$model$suffix-np$np"
     echo "== $model, $np rank(s): $log.out"
     start=$(date +%s)
     "$root/launch/mirrorrun" -np "$np" "$build/bin/mirror-train" "${args[@]}" --devices cpu --no-progress \
