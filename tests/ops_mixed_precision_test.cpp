@@ -73,6 +73,19 @@ TEST_F(MixedPrecisionCpu, Bf16GemmIsTheProductOfRoundedOperands) {
   }
 }
 
+TEST_F(MixedPrecisionCpu, Bf16GemmKeepsTinyScalesApart) {
+  // alpha is baked into a cached primitive: 1e-7 and 2e-7 must not share one.
+  const Tensor a = random({4, 8}, 7, DType::kFloat32), b = random({8, 5}, 8, DType::kFloat32);
+  Tensor c1 = Tensor::zeros({4, 5}), c2 = Tensor::zeros({4, 5});
+  {
+    ScopedMathMode mode(MathMode::kBFloat16);
+    ops::gemm(false, false, 1e-7, a, b, 0.0, c1);
+    ops::gemm(false, false, 2e-7, a, b, 0.0, c2);
+  }
+  const auto v1 = c1.to_vector<float>(), v2 = c2.to_vector<float>();
+  for (std::size_t i = 0; i < v1.size(); ++i) EXPECT_FLOAT_EQ(v2[i], 2 * v1[i]) << i;
+}
+
 struct ConvCase {
   Shape x, w;
   ops::Conv2DGeometry g;

@@ -1,6 +1,7 @@
 // Dense kernels: GEMM (float32 through oneDNN's dnnl_sgemm, or its bfloat16 matmul under
 // MathMode::kBFloat16; float64 through reference loops that double as the test oracle), bias add
 // and bias gradient.
+#include <cstdio>
 #include <dnnl.hpp>
 #include <memory>
 #include <string>
@@ -77,9 +78,11 @@ void gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                const Tensor& a, const Tensor& b, double beta, Tensor& c) {
   using dt = dnnl::memory::data_type;
   static PrimitiveCache<std::shared_ptr<const Bf16Gemm>> cache;
-  std::string key = std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
-                    (ta ? ",T" : ",N") + (tb ? "T," : "N,") + std::to_string(alpha) + "," +
-                    std::to_string(beta);
+  // alpha and beta are baked into the primitive: keyed exactly (%a), not to 6 decimals.
+  char scalars[64];
+  std::snprintf(scalars, sizeof scalars, "%a,%a", alpha, beta);
+  const std::string key = std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
+                          (ta ? ",T" : ",N") + (tb ? "T," : "N,") + scalars;
   auto e = cache.get(key, [&] {
     const auto a32 = matrix(m, k, ta, dt::f32), b32 = matrix(k, n, tb, dt::f32);
     const auto a16 = matrix(m, k, ta, dt::bf16), b16 = matrix(k, n, tb, dt::bf16);
