@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "mirror/error.h"
 
 namespace mirror {
 namespace {
 std::atomic<MathMode> g_math_mode{MathMode::kFloat32};
+std::atomic<std::uint64_t> g_generation{0};
+thread_local std::vector<const void*> t_constants;
 }  // namespace
 
 Precision parse_precision(const std::string& text) {
@@ -71,7 +74,21 @@ std::string gpu_math_missing(int cc_major, int cc_minor, MathMode mode) {
 
 MathMode math_mode() { return g_math_mode.load(std::memory_order_relaxed); }
 
-ScopedMathMode::ScopedMathMode(MathMode mode) : previous_(g_math_mode.exchange(mode)) {}
+ScopedMathMode::ScopedMathMode(MathMode mode) : previous_(g_math_mode.exchange(mode)) {
+  g_generation.fetch_add(1);  // Note [Cast once per step]
+}
+
+std::uint64_t math_generation() { return g_generation.load(); }
+void note_parameters_changed() { g_generation.fetch_add(1); }
+
+ConstantOperands::ConstantOperands(std::initializer_list<const void*> data) : count_(data.size()) {
+  t_constants.insert(t_constants.end(), data.begin(), data.end());
+}
+ConstantOperands::~ConstantOperands() { t_constants.resize(t_constants.size() - count_); }
+
+bool ConstantOperands::contains(const void* data) {
+  return data && std::find(t_constants.begin(), t_constants.end(), data) != t_constants.end();
+}
 ScopedMathMode::~ScopedMathMode() { g_math_mode.store(previous_); }
 
 void LossScale::update(bool finite) {

@@ -86,6 +86,36 @@ TEST_F(MixedPrecisionCpu, Bf16GemmKeepsTinyScalesApart) {
   for (std::size_t i = 0; i < v1.size(); ++i) EXPECT_FLOAT_EQ(v2[i], 2 * v1[i]) << i;
 }
 
+TEST_F(MixedPrecisionCpu, ParametersAreCastOncePerGeneration) {
+  // Note [Cast once per step]: a ConstantOperands operand is cast once per math generation.
+  const Tensor x = random({6, 16}, 9, DType::kFloat32);
+  Tensor w = random({16, 5}, 10, DType::kFloat32);
+  auto product = [&](bool constant) {
+    Tensor y = Tensor::zeros({6, 5});
+    if (constant) {
+      const ConstantOperands hint({w.raw_data()});
+      ops::gemm(false, false, 1.0, x, w, 0.0, y);
+    } else {
+      ops::gemm(false, false, 1.0, x, w, 0.0, y);
+    }
+    return y.to_vector<float>();
+  };
+  ScopedMathMode mode(MathMode::kBFloat16);
+  const auto fresh = product(false);
+  EXPECT_EQ(product(true), fresh);  // the cached copy rounds like the reorder: same bits
+  EXPECT_EQ(product(true), fresh);
+  ops::scale(w, 2.0);  // written behind the cache's back: the same generation still reads it
+  EXPECT_EQ(product(true), fresh);
+  note_parameters_changed();  // what the optimizer updates do
+  const auto doubled = product(true);
+  EXPECT_EQ(doubled, product(false));
+  EXPECT_FLOAT_EQ(doubled[0], 2 * fresh[0]);
+  Tensor m = Tensor::zeros(w.shape()), v = Tensor::zeros(w.shape());
+  ops::adam_update(w, w, m, v, 0.1, 0.9, 0.999, 1e-8, 0.0, false, 1);
+  EXPECT_EQ(product(true), product(false));  // an optimizer step starts a generation
+  EXPECT_NE(product(true), doubled);
+}
+
 struct ConvCase {
   Shape x, w;
   ops::Conv2DGeometry g;

@@ -11,7 +11,9 @@
 // threads; MirroredStrategy sets it for the duration of each step (ScopedMathMode).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace mirror {
@@ -43,6 +45,33 @@ class ScopedMathMode {
 
  private:
   MathMode previous_;
+};
+
+/// Note [Cast once per step]: a parameter is rounded to 16 bits once per step, not once per use
+/// (a GRU's recurrent kernel is used at every time step, forward and backward). A layer names the
+/// parameters it passes to ops as ConstantOperands for the duration of the call; a kernel may then
+/// keep the 16-bit copy of such an operand, keyed by its address, until the math-mode generation
+/// changes. Every ScopedMathMode and every optimizer update starts a generation (MirroredStrategy
+/// opens a scope per step; parameters change only in the optimizer, after their last use).
+/// Whoever writes parameters otherwise inside a scope must call note_parameters_changed(). Only the
+/// named tensors are cached: activations (whose memory is recycled within a step) never are.
+std::uint64_t math_generation();
+/// Starts a new generation: the optimizer updates (ops::sgd_update, ops::adam_update) call it, so
+/// a loop that steps an optimizer inside one ScopedMathMode never reads a stale copy.
+void note_parameters_changed();
+
+class ConstantOperands {
+ public:
+  /// The tensors' data stay unchanged until the current ScopedMathMode ends (the calling thread).
+  explicit ConstantOperands(std::initializer_list<const void*> data);
+  ~ConstantOperands();
+  ConstantOperands(const ConstantOperands&) = delete;
+  ConstantOperands& operator=(const ConstantOperands&) = delete;
+  /// Whether `data` was named by a ConstantOperands alive on this thread.
+  static bool contains(const void* data);
+
+ private:
+  std::size_t count_;
 };
 
 /// What a GPU of compute capability major.minor lacks for `mode` ("" when nothing): bfloat16

@@ -4,12 +4,15 @@
 #include <cstdio>
 #include <dnnl.hpp>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_kernels.h"
+#include "math/convert.h"
 #include "mirror/precision.h"
 
 namespace mirror::cpu {
@@ -65,7 +68,46 @@ struct Bf16Gemm {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   DnnlBoundary a, b, c;
+  DnnlBoundary a16, b16;  // operands already in bfloat16 (cached parameters): no reorder
 };
+
+/// Note [Cast once per step] (mirror/precision.h): the bfloat16 copies of the parameters named
+/// as ConstantOperands, by address, valid for one math generation. The rounding (nearest, ties
+/// to even) is the reorder's, so a cached operand gives the same bits as a fresh cast.
+class Bf16ParameterCache {
+ public:
+  /// The bfloat16 copy of `t` (contiguous float32), cast now unless this generation has it.
+  Tensor get(const Tensor& t) {
+    const std::uint64_t generation = math_generation();
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = entries_[t.raw_data()];
+    if (e.copy.defined() && e.generation == generation && e.numel == t.numel()) return e.copy;
+    if (!e.copy.defined() || e.numel != t.numel())
+      e.copy = Tensor::empty({t.numel()}, DType::kBFloat16, t.device());
+    const float* src = t.data<float>();
+    auto* dst = static_cast<std::uint16_t*>(e.copy.raw_data());
+    const std::int64_t n = t.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = math::float_to_bfloat16_bits(src[i]);
+    e.generation = generation;
+    e.numel = n;
+    return e.copy;
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t generation = 0;
+    std::int64_t numel = 0;
+    Tensor copy;
+  };
+  std::mutex mutex_;
+  std::unordered_map<const void*, Entry> entries_;
+};
+
+Bf16ParameterCache& parameter_cache() {
+  static Bf16ParameterCache cache;
+  return cache;
+}
 
 dnnl::memory::desc matrix(std::int64_t rows, std::int64_t cols, bool transposed,
                           dnnl::memory::data_type type) {
@@ -97,11 +139,19 @@ void gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a16, b16, c32), attr, dnnl_engine());
     return std::make_shared<const Bf16Gemm>(
         Bf16Gemm{pd, dnnl::matmul(pd), dnnl_input_boundary(a32, a16), dnnl_input_boundary(b32, b16),
-                 dnnl_output_boundary(c32, c32)});
+                 dnnl_output_boundary(c32, c32), dnnl_input_boundary(a16, a16),
+                 dnnl_input_boundary(b16, b16)});
   });
   DnnlRun run(c.device());
-  run.input(DNNL_ARG_SRC, e->a, a);
-  run.input(DNNL_ARG_WEIGHTS, e->b, b);
+  // A cached copy has the operand's layout (same strides, 2-byte elements).
+  if (ConstantOperands::contains(a.raw_data()))
+    run.input(DNNL_ARG_SRC, e->a16, parameter_cache().get(a));
+  else
+    run.input(DNNL_ARG_SRC, e->a, a);
+  if (ConstantOperands::contains(b.raw_data()))
+    run.input(DNNL_ARG_WEIGHTS, e->b16, parameter_cache().get(b));
+  else
+    run.input(DNNL_ARG_WEIGHTS, e->b, b);
   run.output(DNNL_ARG_DST, e->c, c);
   run.execute(e->prim, e->pd.scratchpad_desc());
 }

@@ -513,6 +513,7 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
                  param.str() + " vs grad " + grad.str());
   MIRROR_REQUIRE(momentum == 0 || momentum_buf.defined(), "sgd_update", "momentum needs a buffer");
   k.sgd_update(param, grad, momentum_buf, lr, momentum, nesterov, weight_decay);
+  note_parameters_changed();  // Note [Cast once per step]
 }
 
 void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
@@ -524,6 +525,7 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double
       "param " + param.str() + ", grad " + grad.str() + ", m " + m.str() + ", v " + v.str());
   MIRROR_REQUIRE(step >= 1, "adam_update", "step is 1-based");
   k.adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+  note_parameters_changed();  // Note [Cast once per step]
 }
 
 std::uint64_t fingerprint(const Tensor& a) {
