@@ -19,6 +19,7 @@
 #include "mirror/nn/models.h"
 #include "mirror/ops.h"
 #include "mirror/optim/optimizer.h"
+#include "mirror/precision.h"
 
 namespace {
 
@@ -120,7 +121,7 @@ Result time_model(const std::string& name, int batch, int warmup, int steps) {
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string models;
+  std::string models, precision = "float32";
   int batch = 64, warmup = 3, steps = 20, threads = 1;
   po::options_description opts(
       "step-bench: median time of one training step (forward, loss, backward, Adam)");
@@ -130,7 +131,9 @@ int main(int argc, char** argv) {
       "cnn-stride2")("batch", po::value(&batch)->default_value(64), "samples per step")(
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "steps", po::value(&steps)->default_value(20), "timed steps")(
-      "threads", po::value(&threads)->default_value(1), "OpenMP / oneDNN threads");
+      "threads", po::value(&threads)->default_value(1), "OpenMP / oneDNN threads")(
+      "precision", po::value(&precision)->default_value(precision),
+      "float32 | mixed_bfloat16 | mixed_float16 (the math mode of the products; no loss scaling)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -149,6 +152,13 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   try {
+    const Precision policy = parse_precision(precision);
+    const MathMode mode = math_mode_of(policy);
+    const ops::MathSupport support = ops::math_support(Device::cpu(), mode);
+    MIRROR_CHECK(support.missing.empty(), InvalidArgument, support.missing);
+    if (!support.fallback.empty())
+      std::fprintf(stderr, "step-bench: note: %s\n", support.fallback.c_str());
+    const ScopedMathMode scoped(mode);
     std::size_t start = 0;
     while (start <= models.size()) {
       const std::size_t comma = std::min(models.find(',', start), models.size());
@@ -157,10 +167,10 @@ int main(int argc, char** argv) {
       if (name.empty()) continue;
       const Result r = time_model(name, batch, warmup, steps);
       std::printf(
-          "mirror %s batch=%d threads=%d: median %.2f ms/step (min %.2f, cpu %.2f ms/step, %d "
+          "mirror %s %s batch=%d threads=%d: median %.2f ms/step (min %.2f, cpu %.2f ms/step, %d "
           "steps, %llu backend allocations while timed)\n",
-          name.c_str(), batch, threads, r.median_ms, r.min_ms, r.median_cpu_ms, steps,
-          static_cast<unsigned long long>(r.steady_backend_allocs));
+          name.c_str(), precision.c_str(), batch, threads, r.median_ms, r.min_ms, r.median_cpu_ms,
+          steps, static_cast<unsigned long long>(r.steady_backend_allocs));
       std::fflush(stdout);
     }
   } catch (const mirror::Error& e) {

@@ -117,7 +117,10 @@ def make_model(name):
                      f"bilstm-rows or resnet")
 
 
-def time_model(name, batch, warmup, steps, device):
+AUTOCAST = {"float32": None, "mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}
+
+
+def time_model(name, batch, warmup, steps, device, precision="float32"):
     torch.manual_seed(1)
     model, shape = make_model(name)
     model.to(device).train()
@@ -127,10 +130,13 @@ def time_model(name, batch, warmup, steps, device):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     on_gpu = device.type == "cuda"
+    low = AUTOCAST[precision]
 
     def step():
         opt.zero_grad()
-        loss = loss_fn(model(x.to(device)), y.to(device))
+        # Mirror's --precision twin: torch.autocast (no loss scaling, as step-bench).
+        with torch.autocast(device.type, dtype=low, enabled=low is not None):
+            loss = loss_fn(model(x.to(device)), y.to(device))
         loss.backward()
         opt.step()
         if on_gpu:
@@ -156,6 +162,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--precision", default="float32", choices=sorted(AUTOCAST),
+                    help="mixed_*: the step under torch.autocast with that dtype")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -167,8 +175,9 @@ def main():
             sys.exit(3)
         where = f" device={args.device} ({torch.cuda.get_device_name(device)})"
     for name in filter(None, args.model.split(",")):
-        median, low, cpu, params = time_model(name, args.batch, args.warmup, args.steps, device)
-        print(f"torch {name} batch={args.batch} threads={args.threads}{where}: median "
+        median, low, cpu, params = time_model(name, args.batch, args.warmup, args.steps, device,
+                                              args.precision)
+        print(f"torch {name} {args.precision} batch={args.batch} threads={args.threads}{where}: median "
               f"{median:.2f} ms/step (min {low:.2f}, cpu {cpu:.2f} ms/step, {args.steps} steps, "
               f"{params} parameters, torch {torch.__version__})", flush=True)
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 
 #include "distributed/device_collectives.h"
 #include "distributed/strategy_replica.h"
@@ -107,6 +108,7 @@ std::string describe_model(nn::Sequential& model, const BucketPlan& plan,
   out << "mirror version " << MIRROR_VERSION << "\n";
   out << "world replicas " << world_replicas << "\n";
   out << "compression " << compression_name(options.compression) << "\n";
+  out << "precision " << precision_name(options.precision) << "\n";
   out << "accumulation steps " << options.accumulation_steps << "\n";
   out << "loss " << loss_name(options.loss) << "\n";
   out << "input " << shape_text(model.input_shape()) << " " << dtype_name(model.dtype()) << "\n";
@@ -169,6 +171,8 @@ void MirroredStrategy::init(ModelFactory& model_factory, OptimizerFactory& optim
   MIRROR_CHECK(options_.divergence_check_every >= 0, InvalidArgument,
                "divergence_check_every must be >= 0 (0 = never), got " +
                    std::to_string(options_.divergence_check_every));
+  check_precision_support(options_.precision, devices_);
+  std::tie(overflow_replica_, overflow_step_) = detail::overflow_hook();
   // Collective over ranks: how many replicas each rank drives.
   const int local = static_cast<int>(devices_.size());
   replicas_per_rank_ = runtime_ ? runtime_->all_gather_value<int>(local) : std::vector<int>{local};

@@ -124,6 +124,9 @@ data::Batch slice_batch(const data::Batch& batch, std::int64_t begin, std::int64
 data::Batch to_device(const data::Batch& batch, Device device);
 /// Number of samples with weight > 0.
 std::int64_t real_count(const data::Batch& batch);
+/// The fp16 overflow test hook, MIRROR_TEST_FP16_OVERFLOW="replica:step" (strategy_precision.cpp):
+/// {world replica, strategy step}, or {-1, -1} when unset; InvalidArgument for bad text.
+std::pair<int, std::int64_t> overflow_hook();
 }  // namespace detail
 
 }  // namespace mirror::dist

@@ -3,6 +3,7 @@
 // the out-of-memory split, and the metrics all-reduce.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "distributed/strategy_replica.h"
 #include "mirror/distributed/preemption.h"
@@ -277,9 +278,10 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
     ctx.sample_weights = micro.weights;
     ctx.replica_sum = r.replica_sum.get();  // synchronized BatchNorm (strategy_sync_bn.cpp)
     const Tensor logits = r.model.forward(micro.inputs, ctx);
-    const Tensor dlogits = add_loss(r, logits, micro);
+    Tensor dlogits = add_loss(r, logits, micro);
     r.now->timing.forward_ms += detail::ms_since(t0);
     if (!training) continue;
+    scale_loss_gradient(r, dlogits);
     t0 = Clock::now();
     const bool last = i == parts - 1;
     r.model.backward(dlogits, overlap && last ? hook : nn::Sequential::GradReadyHook{});
@@ -381,9 +383,19 @@ std::shared_ptr<Work> MirroredStrategy::launch_metrics(Replica& r, Tensor& metri
                             std::string(what) + " metrics step " + std::to_string(r.now->step));
 }
 
+void MirroredStrategy::scale_loss_gradient(Replica& r, Tensor& dlogits) {
+  if (options_.precision != Precision::kMixedFloat16) return;
+  ops::scale(dlogits, loss_scale_.scale);
+  if (first_replica_ + r.local_index == overflow_replica_ && steps_ == overflow_step_) {
+    ops::fill(dlogits, std::numeric_limits<double>::infinity());  // test hook (strategy.h)
+  }
+}
+
 StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, double lr) {
   check_batches(batches, local_replicas(), "train_step");
   check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "train_step");
+  const ScopedMathMode math(math_mode_of(options_.precision));
+  const double scale_used = loss_scale_.scale;
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();
@@ -405,6 +417,10 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
         break;
       }
     }
+    if (options_.precision == Precision::kMixedFloat16 && !r.now->skipped) {
+      // Note [Loss scaling]: 1/scale is a power of two, so unscaling is exact.
+      for (Tensor& b : r.buffers) ops::scale(b, 1.0 / loss_scale_.scale);
+    }
     t0 = Clock::now();
     if (!r.now->skipped) r.optimizer->step_groups(optimizer_groups(plan_, r.params, r.buffers), lr);
     r.now->timing.optimizer_ms = detail::ms_since(t0);
@@ -412,6 +428,23 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
   });
   ++steps_;
   StepResult result = reduce_metrics(metrics);
+  result.loss_scale = options_.precision == Precision::kMixedFloat16 ? scale_used : 0.0;
+  if (options_.precision == Precision::kMixedFloat16 &&
+      (!result.skipped || scale_used > LossScale::kMin)) {
+    // An overflow of the scaled gradients: skip and halve (a non-finite step at the smallest
+    // scale is a real divergence and meets the non-finite policy below).
+    loss_scale_.update(!result.skipped);
+    if (result.skipped) {
+      if (first_replica_ == 0) {
+        std::fprintf(stderr,
+                     "[mirror] step %lld: fp16 overflow (inf/NaN in the reduced gradients); the "
+                     "update was skipped on every replica, loss scale %g -> %g\n",
+                     static_cast<long long>(steps_ - 1), scale_used, loss_scale_.scale);
+      }
+      maybe_check_divergence();
+      return result;
+    }
+  }
   if (result.skipped) {
     MIRROR_CHECK(options_.non_finite == NonFinitePolicy::kSkip, Error,
                  "non-finite gradients (inf or NaN) after the all-reduce at step " +
@@ -425,15 +458,20 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
                    static_cast<long long>(steps_ - 1));
     }
   }
+  maybe_check_divergence();
+  return result;
+}
+
+void MirroredStrategy::maybe_check_divergence() {
   if (options_.divergence_check_every > 0 && steps_ % options_.divergence_check_every == 0) {
     check_replicas_identical();
   }
-  return result;
 }
 
 StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
   check_batches(batches, local_replicas(), "evaluate_step");
   check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "evaluate_step");
+  const ScopedMathMode math(math_mode_of(options_.precision));
   average_buffers();  // Note [Buffers across replicas]
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {

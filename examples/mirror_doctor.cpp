@@ -53,6 +53,7 @@ RankReport local_report(const mirror::dist::Runtime& rt) {
     r.mpi_standard = std::to_string(major) + "." + std::to_string(minor);
   }
   r.mpi_thread_level = mirror::dist::thread_level_name(rt.thread_level());
+  r.cpu_precision = mirror::doctor::cpu_precision_support();
   r.gpu = mirror::discover_gpus();
   // A build without CUDA does not look at the variable; the doctor still shows it.
   if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");

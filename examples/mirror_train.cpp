@@ -94,6 +94,9 @@ po::options_description make_options() {
       "bucket-mb", po::value<double>(), "gradient bucket cap in MiB (default 25)")(
       "first-bucket-mb", po::value<double>(), "first bucket cap in MiB (default 1)")(
       "compression", po::value<std::string>(), "all-reduce payload: none | fp16 | bf16")(
+      "precision", po::value<std::string>(),
+      "float32 | mixed_bfloat16 | mixed_float16: compute of convolution, dense and RNN products "
+      "(master weights stay float32; default float32)")(
       "accumulation", po::value<int>(), "micro-batches per step (gradient accumulation)")(
       "on-oom", po::value<std::string>(),
       "split | fail: on out-of-memory, retry with micro-batches (default split)")(
@@ -177,6 +180,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("bucket-mb", c.bucket_mb);
   set("first-bucket-mb", c.first_bucket_mb);
   set("compression", c.compression);
+  set("precision", c.precision);
   set("accumulation", c.accumulation);
   set("divergence-check-every", c.divergence_check_every);
   set("max-skipped-steps", c.max_skipped_steps);

@@ -5,8 +5,10 @@
 # lstm-rows, bigru-words and conv1d-words are the shipped specs (examples/models/) trained on the
 # data of gru-rows (Fashion-MNIST rows) and gru-words (the word lists) with the same settings.
 # resnet's 2-rank run synchronises BatchNorm (--sync-batchnorm), so both runs see the statistics
-# of the same global batch. THREADS=N passes --threads N to every rank (OpenMP threads that
-# spin at barriers lose most of their time on a machine busy with other work: use 1 there).
+# of the same global batch. PRECISION=mixed_bfloat16 (or mixed_float16) trains under that policy
+# (docs/mixed_precision.md); its logs are named <model>-<policy>-np<N>. THREADS=N passes
+# --threads N to every rank (OpenMP threads that spin at barriers lose most of their time on a
+# machine busy with other work: use 1 there). NPS lists the rank counts (default "1 2").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -14,6 +16,9 @@ out="${OUT:-$root/runs}"
 mkdir -p "$out"
 [ -x "$build/bin/mirror-train" ] || "$root/scripts/build.sh" >/dev/null
 models=("$@")
+precision="${PRECISION:-float32}"
+suffix=""
+[ "$precision" = float32 ] || suffix="-$precision"
 [ ${#models[@]} -gt 0 ] || models=(gru-rows cnn gru-words)
 
 args_for() {
@@ -31,11 +36,12 @@ args_for() {
 }
 
 for model in "${models[@]}"; do
-  for np in 1 2; do
+  for np in ${NPS:-1 2}; do
     read -r -a args <<<"$(args_for "$model")"
     [ "$model" != resnet ] || [ "$np" = 1 ] || args+=(--sync-batchnorm)
     [ -z "${THREADS:-}" ] || args+=(--threads "$THREADS")
-    log="$out/$model-np$np"
+    args+=(--precision "$precision")
+    log="$out/$model$suffix-np$np"
     echo "== $model, $np rank(s): $log.out"
     start=$(date +%s)
     "$root/launch/mirrorrun" -np "$np" "$build/bin/mirror-train" "${args[@]}" --devices cpu --no-progress \

@@ -7,7 +7,9 @@
 #   scripts/bench_step.sh            env: BUILD_DIR (default build), PYTHON (a python with torch),
 #                                         ROUNDS (3), STEPS (20), WARMUP (3), BATCH (64),
 #                                         THREADS (1), MODELS ("cnn gru-rows"; also lstm-rows,
-#                                         bigru-rows, bilstm-rows, resnet)
+#                                         bigru-rows, bilstm-rows, resnet),
+#                                         PRECISION (float32; mixed_bfloat16: Mirror's policy
+#                                         against torch.autocast bfloat16)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -24,7 +26,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target step-bench >/dev/null
 
 export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads"
-common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --threads "$threads")
+common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --threads "$threads"
+        --precision "${PRECISION:-float32}")
 median_of() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ms_of() { sed -n 's/.*median \([0-9.]*\) ms\/step.*/\1/p'; }
 cpu_of() { sed -n 's/.*cpu \([0-9.]*\) ms\/step.*/\1/p'; }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "mirror/ops.h"
+
 #include "mirror/error.h"
 
 namespace mirror::doctor {
@@ -121,6 +123,33 @@ TEST(Doctor, UsableGpusOnePerRank) {
   EXPECT_TRUE(contains(text, "cuda:1  NVIDIA H100 80GB HBM3, compute capability 9.0, 80.0 GiB"))
       << text;
   EXPECT_TRUE(contains(text, "2 rank(s) on this node, 2 usable GPU(s)")) << text;
+}
+
+TEST(Doctor, MixedPrecisionSupportPerDevice) {
+  // GPUs: from the compute capability (bf16 tensor cores 8.0, fast fp16 7.0).
+  GpuReport g = gpus(3);
+  g.devices[1].cc_major = 7;  // V100 / T4 class
+  g.devices[2].cc_major = 6;  // P100 class
+  std::vector<RankReport> ranks = job({{"node-a", g}}, 1);
+  ranks[0].cpu_precision = cpu_precision_support();
+  const std::string text = render_text(diagnose(ranks, {}));
+  EXPECT_TRUE(contains(text,
+                       "compute capability 9.0, 80.0 GiB, PCI 0000:00:00.0; bf16 yes, fast "
+                       "fp16 yes"))
+      << text;
+  EXPECT_TRUE(contains(text,
+                       "7.0, 80.0 GiB, PCI 0000:01:00.0; bf16 no (needs compute capability "
+                       "8.0), fast fp16 yes"))
+      << text;
+  EXPECT_TRUE(contains(text, "fast fp16 no (needs compute capability 7.0)")) << text;
+  // The CPU: from the backend; this machine's answer, whatever it is, in words.
+  const std::string cpu = row_value(text, "CPU mixed precision");
+  EXPECT_EQ(cpu, ranks[0].cpu_precision) << text;
+  EXPECT_TRUE(contains(cpu, "bf16 ") && contains(cpu, "fp16 emulated")) << cpu;
+  EXPECT_EQ(contains(cpu, "bf16 yes"),
+            ops::math_support(Device::cpu(), MathMode::kBFloat16).missing.empty());
+  // It survives the JSON round trip the ranks' reports take.
+  EXPECT_EQ(rank_report_from_json(to_json(ranks[0])).cpu_precision, ranks[0].cpu_precision);
 }
 
 TEST(Doctor, IdleGpusGetANote) {

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "mirror/error.h"
+#include "mirror/ops.h"
+#include "mirror/precision.h"
 
 namespace mirror::doctor {
 
@@ -56,12 +58,38 @@ std::string strip_where(std::string msg) {
   return msg;
 }
 
+}  // namespace
+
+std::string cpu_precision_support() {
+  const ops::MathSupport bf16 = ops::math_support(Device::cpu(), MathMode::kBFloat16);
+  const ops::MathSupport fp16 = ops::math_support(Device::cpu(), MathMode::kFloat16);
+  std::string s = bf16.missing.empty() ? "bf16 yes (AVX-512 BF16 through oneDNN)"
+                                       : "bf16 no (mixed_bfloat16 fails: AVX-512 BF16 missing)";
+  s += "; fp16 ";
+  s += !fp16.missing.empty()   ? "no"
+       : fp16.fallback.empty() ? "yes"
+                               : "emulated (no fp16 arithmetic)";
+  return s;
+}
+
+std::string gpu_precision_support(const GpuDevice& d) {
+  auto one = [&](const char* what, MathMode m, const char* needs) {
+    return std::string(what) + (gpu_math_missing(d.cc_major, d.cc_minor, m).empty()
+                                    ? " yes"
+                                    : std::string(" no (needs compute capability ") + needs + ")");
+  };
+  return one("bf16", MathMode::kBFloat16, "8.0") + ", " +
+         one("fast fp16", MathMode::kFloat16, "7.0");
+}
+
+namespace {
+
 std::string describe_device(const GpuDevice& d) {
   std::string s = "cuda:" + std::to_string(d.index) + "  " + d.name + ", compute capability " +
                   std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
                   gib(d.total_bytes);
   if (!d.pci_bus_id.empty()) s += ", PCI " + d.pci_bus_id;
-  return s;
+  return s + "; " + gpu_precision_support(d);
 }
 
 /// "2 × NVIDIA H100, 1 × NVIDIA A100" from name counts.
@@ -319,6 +347,7 @@ json to_json(const RankReport& r) {
           {"mpi_library", r.mpi_library},
           {"mpi_standard", r.mpi_standard},
           {"mpi_thread_level", r.mpi_thread_level},
+          {"cpu_precision", r.cpu_precision},
           {"gpu", to_json(r.gpu)}};
 }
 
@@ -334,6 +363,7 @@ RankReport rank_report_from_json(const json& j) {
   r.mpi_library = j.value("mpi_library", "");
   r.mpi_standard = j.value("mpi_standard", "");
   r.mpi_thread_level = j.value("mpi_thread_level", "");
+  r.cpu_precision = j.value("cpu_precision", "");
   r.gpu = gpu_report_from_json(j.value("gpu", json::object()));
   return r;
 }
@@ -420,6 +450,7 @@ void render_node(std::string& out, const Diagnosis& d, const NodeVerdict& n) {
   } else {
     row(out, "NVIDIA driver", "not checked (this Mirror has no CUDA backend)");
   }
+  if (!r.cpu_precision.empty()) row(out, "CPU mixed precision", r.cpu_precision);
   row(out, "CUDA_VISIBLE_DEVICES",
       g.cuda_visible_devices_set ? "'" + g.cuda_visible_devices + "'" : std::string("not set"));
   if (g.devices.empty()) {

@@ -22,6 +22,9 @@ struct RankReport {
   std::string mpi_library;       // MPI_Get_library_version, first line
   std::string mpi_standard;      // MPI_Get_version, "3.1"
   std::string mpi_thread_level;  // "multiple", ...
+  // The CPU's mixed-precision support in words (cpu_precision_support()), e.g. "bf16 yes
+  // (AVX-512 BF16); fp16 emulated (...)".
+  std::string cpu_precision;
   GpuReport gpu;
 };
 
@@ -55,6 +58,12 @@ std::string plain_reason(const GpuReport& gpu);
 
 /// Human-readable report ending with the line "verdict: <verdict>".
 std::string render_text(const Diagnosis& diagnosis);
+/// This process's CPU: what --precision mixed_bfloat16 / mixed_float16 get (from the CPU
+/// backend's math_support).
+std::string cpu_precision_support();
+/// A GPU's mixed-precision support from its compute capability: "bf16 yes, fast fp16 yes" or
+/// what it lacks.
+std::string gpu_precision_support(const GpuDevice& d);
 /// The same as JSON: {"mirror_version", "verdict": {"gpu", "text"}, "nodes": [...], "ranks":
 /// [...]}.
 nlohmann::json render_json(const Diagnosis& diagnosis);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mirror/precision.h"
 #include "mirror/tensor.h"
 
 namespace mirror::ops {
@@ -90,6 +91,13 @@ double sum_squares(const Tensor& a);
 Tensor cast(const Tensor& a, DType to);
 /// True when every element is finite.
 bool all_finite(const Tensor& a);
+
+/// What a device's backend can do with a math mode (Note [Mixed precision], precision.h).
+struct MathSupport {
+  std::string missing;   // non-empty: the mode cannot run here; says what the device lacks
+  std::string fallback;  // non-empty: the mode runs, emulated (slower); says how, to be logged
+};
+MathSupport math_support(Device device, MathMode mode);
 
 // ---------------------------------------------------------------- normalisation, pooling, merging
 /// Note [Channel view]: the normalisation ops see a tensor as [outer, channels, inner] (row

@@ -1,5 +1,8 @@
 // 2-D convolution: float32 through oneDNN primitives (forward, backward-data, backward-weights,
-// cached per shape), float64 through reference loops that are also the tests' oracle.
+// cached per shape and math mode), float64 through reference loops that are also the tests'
+// oracle. Under MathMode::kBFloat16 the primitives take bfloat16 inputs (the boundary reorders
+// round them) and write float32 outputs; under kFloat16 the inputs are rounded to fp16 first
+// (Note [CPU fp16 emulation], cpu_kernels.h).
 // Mirror's tensors are plain NCHW / OIHW; the primitives choose their own (blocked) layouts and
 // the tensors are reordered at the boundaries (Note [oneDNN layouts] in cpu_dnnl.h).
 #include <memory>
@@ -8,6 +11,7 @@
 
 #include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_kernels.h"
+#include "mirror/precision.h"
 
 namespace mirror::cpu {
 namespace {
@@ -28,8 +32,9 @@ struct ConvDims {
   }
   /// Multiply-adds of one pass (decides whether the reference loops fork threads).
   std::int64_t macs() const { return n * o * oh * ow * c * kh * kw; }
-  std::string key(const char* kind, bool bias) const {
-    std::string s = kind;
+  /// `in`: the data type of the primitive's inputs (f32, or bf16 under MathMode::kBFloat16).
+  std::string key(const char* kind, bool bias, dt in) const {
+    std::string s = std::string(kind) + (in == dt::bf16 ? ",bf16" : ",f32");
     for (std::int64_t v : {n, c, h, w, o, kh, kw}) s += "," + std::to_string(v);
     for (int v : {g.stride_h, g.stride_w, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right})
       s += "," + std::to_string(v);
@@ -57,18 +62,22 @@ struct ConvDims {
 enum class Layouts { kAny, kChannelsLast, kPlain };
 constexpr Layouts kLayoutOrder[] = {Layouts::kAny, Layouts::kChannelsLast, Layouts::kPlain};
 
-dnnl::memory::desc activation(const dnnl::memory::desc& plain, Layouts l) {
-  if (l == Layouts::kPlain) return plain;
-  return {plain.dims(), dt::f32, l == Layouts::kAny ? tag::any : tag::nhwc};
+/// The primitive's view of a plain activation (NCHW) of data type `type`.
+dnnl::memory::desc activation(const dnnl::memory::desc& plain, Layouts l, dt type = dt::f32) {
+  if (l == Layouts::kPlain) return {plain.dims(), type, tag::nchw};
+  return {plain.dims(), type, l == Layouts::kAny ? tag::any : tag::nhwc};
 }
-dnnl::memory::desc weights_in(const dnnl::memory::desc& plain, Layouts l) {
-  return l == Layouts::kPlain ? plain : dnnl::memory::desc(plain.dims(), dt::f32, tag::any);
+dnnl::memory::desc weights_in(const dnnl::memory::desc& plain, Layouts l, dt type = dt::f32) {
+  return {plain.dims(), type, l == Layouts::kPlain ? tag::oihw : tag::any};
 }
 bool padded(const dnnl::memory::desc& md) {
   std::size_t elements = 1;
   for (auto v : md.dims()) elements *= static_cast<std::size_t>(v);
-  return md.get_size() != elements * sizeof(float);
+  return md.get_size() != elements * dnnl::memory::data_type_size(md.data_type());
 }
+
+/// The data type of the primitives' inputs under the current math mode.
+dt input_type() { return math_mode() == MathMode::kBFloat16 ? dt::bf16 : dt::f32; }
 
 /// The first primitive descriptor `make(layouts)` returns whose activation descriptors
 /// (`acts(pd)` -> pair) are unpadded (Note [Convolution layouts]).
@@ -82,10 +91,11 @@ auto first_unpadded(Make&& make, Acts&& acts) {
   return make(Layouts::kPlain);  // not reached: kPlain is last and always accepted
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvDims& d, bool with_bias, Layouts l) {
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvDims& d, bool with_bias, Layouts l,
+                                                     dt in) {
   const auto alg = dnnl::algorithm::convolution_direct;
   const auto prop = dnnl::prop_kind::forward_training;
-  const auto src = activation(d.src(), l), weights = weights_in(d.weights(), l),
+  const auto src = activation(d.src(), l, in), weights = weights_in(d.weights(), l, in),
              dst = activation(d.dst(), l);
   auto desc = with_bias ? dnnl::convolution_forward::desc(prop, alg, src, weights, d.bias(), dst,
                                                           d.strides(), d.pad_l(), d.pad_r())
@@ -110,8 +120,9 @@ Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, c
   using Prim = dnnl::convolution_forward;
   static PrimitiveCache<CachedPtr<Prim>> cache;
   const bool with_bias = bias.defined();
-  auto e = cache.get(d.key("fwd", with_bias), [&] {
-    auto pd = first_unpadded([&](Layouts l) { return forward_pd(d, with_bias, l); },
+  const dt in = input_type();
+  auto e = cache.get(d.key("fwd", with_bias, in), [&] {
+    auto pd = first_unpadded([&](Layouts l) { return forward_pd(d, with_bias, l, in); },
                              [](const auto& p) { return std::pair(p.src_desc(), p.dst_desc()); });
     return std::make_shared<const Cached<Prim>>(
         Cached<Prim>{pd, Prim(pd), dnnl_input_boundary(d.src(), pd.src_desc()),
@@ -132,13 +143,14 @@ Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, c
 Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims& d) {
   using Prim = dnnl::convolution_backward_data;
   static PrimitiveCache<CachedPtr<Prim>> cache;
-  auto e = cache.get(d.key("bwd_data", false), [&] {
+  const dt in = input_type();
+  auto e = cache.get(d.key("bwd_data", false, in), [&] {
     auto make = [&](Layouts l) {
       Prim::desc desc(dnnl::algorithm::convolution_direct, activation(d.src(), l),
-                      weights_in(d.weights(), l), activation(d.dst(), l), d.strides(), d.pad_l(),
-                      d.pad_r());
+                      weights_in(d.weights(), l, in), activation(d.dst(), l, in), d.strides(),
+                      d.pad_l(), d.pad_r());
       return Prim::primitive_desc(desc, dnnl_user_scratchpad_attr(), dnnl_engine(),
-                                  forward_pd(d, false, l));
+                                  forward_pd(d, false, l, in));
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.diff_src_desc(), p.diff_dst_desc()); });
@@ -168,16 +180,17 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
   using Prim = dnnl::convolution_backward_weights;
   static PrimitiveCache<std::shared_ptr<const CachedBackwardWeights>> cache;
   const bool with_bias = dbias.defined();
-  auto e = cache.get(d.key("bwd_w", with_bias), [&] {
+  const dt in = input_type();
+  auto e = cache.get(d.key("bwd_w", with_bias, in), [&] {
     auto make = [&](Layouts l) {
       const auto alg = dnnl::algorithm::convolution_direct;
-      const auto src = activation(d.src(), l), weights = weights_in(d.weights(), l),
-                 dst = activation(d.dst(), l);
+      const auto src = activation(d.src(), l, in), weights = weights_in(d.weights(), l),
+                 dst = activation(d.dst(), l, in);
       auto desc = with_bias ? Prim::desc(alg, src, weights, d.bias(), dst, d.strides(), d.pad_l(),
                                          d.pad_r())
                             : Prim::desc(alg, src, weights, dst, d.strides(), d.pad_l(), d.pad_r());
       return Prim::primitive_desc(desc, dnnl_user_scratchpad_attr(), dnnl_engine(),
-                                  forward_pd(d, with_bias, l));
+                                  forward_pd(d, with_bias, l, in));
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.src_desc(), p.diff_dst_desc()); });
@@ -320,6 +333,8 @@ Tensor CpuKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
+        if (math_mode() == MathMode::kFloat16)
+          return conv_forward_dnnl(round_to_half(x), round_to_half(w), bias, d);
         return conv_forward_dnnl(x, w, bias, d);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_forward " + x.str() + " * " + w.str());
@@ -341,6 +356,8 @@ Tensor CpuKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, const
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
+        if (math_mode() == MathMode::kFloat16)
+          return conv_backward_data_dnnl(round_to_half(dy), round_to_half(w), d);
         return conv_backward_data_dnnl(dy, w, d);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_backward_data dy " + dy.str() + ", kernel " + w.str());
@@ -367,6 +384,10 @@ void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
+        if (math_mode() == MathMode::kFloat16) {
+          conv_backward_weights_dnnl(round_to_half(x), round_to_half(dy), dw, dbias, d);
+          return;
+        }
         conv_backward_weights_dnnl(x, dy, dw, dbias, d);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_backward_weights x " + x.str() + ", dy " + dy.str());

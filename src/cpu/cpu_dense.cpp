@@ -1,10 +1,19 @@
-// Dense kernels: GEMM (float32 through oneDNN's dnnl_sgemm, float64 through reference loops
-// that double as the test oracle), bias add and bias gradient.
+// Dense kernels: GEMM (float32 through oneDNN's dnnl_sgemm, or its bfloat16 matmul under
+// MathMode::kBFloat16; float64 through reference loops that double as the test oracle), bias add
+// and bias gradient.
+#include <cstdio>
 #include <dnnl.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
+#include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_kernels.h"
+#include "math/convert.h"
+#include "mirror/precision.h"
 
 namespace mirror::cpu {
 namespace {
@@ -52,6 +61,101 @@ void sgemm_onednn(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
                    " k=" + std::to_string(k));
 }
 
+/// A cached bfloat16 matmul: the f32 -> bf16 reorders of both operands (same strides, so a
+/// transposed operand stays a strided view) and the primitive, which accumulates in f32 and
+/// writes C in f32 (alpha as an output scale, beta as a sum post-op).
+struct Bf16Gemm {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  DnnlBoundary a, b, c;
+  DnnlBoundary a16, b16;  // operands already in bfloat16 (cached parameters): no reorder
+};
+
+/// Note [Cast once per step] (mirror/precision.h): the bfloat16 copies of the parameters named
+/// as ConstantOperands, by address, valid for one math generation. The rounding (nearest, ties
+/// to even) is the reorder's, so a cached operand gives the same bits as a fresh cast.
+class Bf16ParameterCache {
+ public:
+  /// The bfloat16 copy of `t` (contiguous float32), cast now unless this generation has it.
+  Tensor get(const Tensor& t) {
+    const std::uint64_t generation = math_generation();
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = entries_[t.raw_data()];
+    if (e.copy.defined() && e.generation == generation && e.numel == t.numel()) return e.copy;
+    if (!e.copy.defined() || e.numel != t.numel())
+      e.copy = Tensor::empty({t.numel()}, DType::kBFloat16, t.device());
+    const float* src = t.data<float>();
+    auto* dst = static_cast<std::uint16_t*>(e.copy.raw_data());
+    const std::int64_t n = t.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = math::float_to_bfloat16_bits(src[i]);
+    e.generation = generation;
+    e.numel = n;
+    return e.copy;
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t generation = 0;
+    std::int64_t numel = 0;
+    Tensor copy;
+  };
+  std::mutex mutex_;
+  std::unordered_map<const void*, Entry> entries_;
+};
+
+Bf16ParameterCache& parameter_cache() {
+  static Bf16ParameterCache cache;
+  return cache;
+}
+
+dnnl::memory::desc matrix(std::int64_t rows, std::int64_t cols, bool transposed,
+                          dnnl::memory::data_type type) {
+  // Row-major [rows, cols], or the transpose of a row-major [cols, rows].
+  return {
+      {rows, cols}, type, transposed ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1}};
+}
+
+void gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+               const Tensor& a, const Tensor& b, double beta, Tensor& c) {
+  using dt = dnnl::memory::data_type;
+  static PrimitiveCache<std::shared_ptr<const Bf16Gemm>> cache;
+  // alpha and beta are baked into the primitive: keyed exactly (%a), not to 6 decimals.
+  char scalars[64];
+  std::snprintf(scalars, sizeof scalars, "%a,%a", alpha, beta);
+  const std::string key = std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
+                          (ta ? ",T" : ",N") + (tb ? "T," : "N,") + scalars;
+  auto e = cache.get(key, [&] {
+    const auto a32 = matrix(m, k, ta, dt::f32), b32 = matrix(k, n, tb, dt::f32);
+    const auto a16 = matrix(m, k, ta, dt::bf16), b16 = matrix(k, n, tb, dt::bf16);
+    const auto c32 = matrix(m, n, false, dt::f32);
+    dnnl::primitive_attr attr = dnnl_user_scratchpad_attr();
+    if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
+    if (beta != 0.0) {
+      dnnl::post_ops ops;
+      ops.append_sum(static_cast<float>(beta));
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a16, b16, c32), attr, dnnl_engine());
+    return std::make_shared<const Bf16Gemm>(
+        Bf16Gemm{pd, dnnl::matmul(pd), dnnl_input_boundary(a32, a16), dnnl_input_boundary(b32, b16),
+                 dnnl_output_boundary(c32, c32), dnnl_input_boundary(a16, a16),
+                 dnnl_input_boundary(b16, b16)});
+  });
+  DnnlRun run(c.device());
+  // A cached copy has the operand's layout (same strides, 2-byte elements).
+  if (ConstantOperands::contains(a.raw_data()))
+    run.input(DNNL_ARG_SRC, e->a16, parameter_cache().get(a));
+  else
+    run.input(DNNL_ARG_SRC, e->a, a);
+  if (ConstantOperands::contains(b.raw_data()))
+    run.input(DNNL_ARG_WEIGHTS, e->b16, parameter_cache().get(b));
+  else
+    run.input(DNNL_ARG_WEIGHTS, e->b, b);
+  run.output(DNNL_ARG_DST, e->c, c);
+  run.execute(e->prim, e->pd.scratchpad_desc());
+}
+
 }  // namespace
 
 void CpuKernels::gemm(bool ta, bool tb, double alpha, const Tensor& a, const Tensor& b, double beta,
@@ -69,6 +173,22 @@ void CpuKernels::gemm(bool ta, bool tb, double alpha, const Tensor& a, const Ten
     const T* bp = b.data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (beta == 0) scale_c(cp, m * n, 0.0);  // BLAS may read C even when beta == 0
+      const MathMode mode = math_mode();
+      if (mode == MathMode::kBFloat16) {
+        try {
+          gemm_bf16(ta, tb, m, n, k, alpha, a, b, beta, c);
+        } catch (const dnnl::error& e) {
+          rethrow_dnnl(e, "gemm (bfloat16) " + a.str() + " x " + b.str());
+        }
+        return;
+      }
+      Tensor ha, hb;  // Note [CPU fp16 emulation]
+      if (mode == MathMode::kFloat16) {
+        ha = round_to_half(a);
+        hb = round_to_half(b);
+        ap = ha.data<float>();
+        bp = hb.data<float>();
+      }
       sgemm_onednn(ta, tb, m, n, k, static_cast<float>(alpha), ap, a.dim(1), bp, b.dim(1),
                    static_cast<float>(beta), cp, n);
     } else {

@@ -47,6 +47,7 @@ class CpuKernels final : public KernelSet {
   double sum_squares(const Tensor& a) override;
   Tensor cast(const Tensor& a, DType to) override;
   bool all_finite(const Tensor& a) override;
+  ops::MathSupport math_support(Device device, MathMode mode) override;
 
   std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                    const ops::ChannelView& v) override;
@@ -117,6 +118,15 @@ decltype(auto) with_float(const Tensor& t, const char* op, F&& f) {
                             ": the CPU backend supports float32 and float64, got " + t.str());
   }
 }
+
+/// Note [CPU fp16 emulation]: x86 CPUs before AVX512-FP16 have no fp16 arithmetic, and oneDNN 2.6
+/// no fp16 convolution or matmul on them. So MathMode::kFloat16 rounds each operand of the
+/// matrix products (gemm, the convolutions) to fp16 and back (round_to_half), then computes in
+/// float32. Values beyond fp16's range become inf exactly as on a GPU, so loss scaling and its
+/// overflow skips are real; the speed is float32's plus the rounding pass, and the policy says so.
+Tensor round_to_half(const Tensor& t);
+/// Whether oneDNN will run AVX-512 BF16 kernels here (ONEDNN_MAX_CPU_ISA can cap it).
+bool cpu_has_bf16();
 
 /// Throws InvalidArgument unless `t` has dtype `want` (for the tensors dispatch.cpp does not
 /// compare, e.g. optimizer state).

@@ -26,6 +26,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
 #include "mirror/memory.h"
+#include "mirror/precision.h"
 
 namespace mirror::cuda {
 namespace {
@@ -71,6 +72,20 @@ ConvProblem plan(const Shape& x, const Shape& w, const ops::Conv2DGeometry& g) {
   return p;
 }
 
+/// The convolutions' math type under the current math mode (Note [GPU mixed precision],
+/// dense.cpp).
+cudnnMathType_t math_type() {
+  switch (math_mode()) {
+    case MathMode::kFloat16:
+      return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case MathMode::kBFloat16:
+      return CUDNN_DEFAULT_MATH;
+    case MathMode::kFloat32:
+      break;
+  }
+  return CUDNN_FMA_MATH;
+}
+
 /// The four cuDNN descriptors of one problem.
 struct ConvDescs {
   TensorDesc x = make_tensor_desc(), y = make_tensor_desc();
@@ -85,7 +100,7 @@ struct ConvDescs {
         cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p.o, p.c, p.kh, p.kw));
     MIRROR_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, p.ph, p.pw, p.sh, p.sw, 1, 1,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    MIRROR_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+    MIRROR_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type()));
   }
 };
 
@@ -93,7 +108,19 @@ struct ConvDescs {
 enum Dir { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 
 ConvKey key(Dir dir, const ConvProblem& p) {
-  return {dir, p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw};
+  // The math type changes which algorithms exist and how fast they are: one choice per mode.
+  return {dir + 3 * static_cast<int>(math_mode()),
+          p.n,
+          p.c,
+          p.h,
+          p.w,
+          p.o,
+          p.kh,
+          p.kw,
+          p.sh,
+          p.sw,
+          p.ph,
+          p.pw};
 }
 
 /// The always-available deterministic algorithm of each direction.

@@ -50,6 +50,7 @@ class CudaKernels final : public KernelSet {
   double sum_squares(const Tensor& a) override;
   Tensor cast(const Tensor& a, DType to) override;
   bool all_finite(const Tensor& a) override;
+  ops::MathSupport math_support(Device device, MathMode mode) override;
 
   std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                    const ops::ChannelView& v) override;

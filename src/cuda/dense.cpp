@@ -1,4 +1,15 @@
-// GEMM through cuBLAS, bias add / bias gradient through our kernels.
+// GEMM through cuBLAS, bias add / bias gradient through our kernels; which math modes the GPU
+// runs (Note [GPU mixed precision]).
+//
+// Note [GPU mixed precision]: the policies keep float32 tensors on the GPU too; the libraries
+// round inside. gemm: cublasGemmEx with float32 A, B, C and compute type
+// CUBLAS_COMPUTE_32F_FAST_16BF (kBFloat16) or _FAST_16F (kFloat16): "automatic down-conversion"
+// of the operands to the 16-bit type for the tensor cores, float32 accumulation. Convolutions
+// (conv.cpp): CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for kFloat16 (cuDNN converts float32 data to
+// fp16 for the tensor cores); for kBFloat16 CUDNN_DEFAULT_MATH, which lets cuDNN use TF32 tensor
+// cores (10-bit significands, at least bfloat16's precision) on Ampere and newer; float32 runs
+// CUDNN_FMA_MATH (exact float32, no TF32). tests/gpu/cuda_mixed_precision_test.cpp checks both
+// against the CPU's rounded-operand results.
 //
 // Note [Row-major GEMM on cuBLAS]: cuBLAS is column-major. A row-major [r, c] matrix is the
 // column-major [c, r] matrix of the same bytes, i.e. its transpose. So row-major
@@ -9,8 +20,10 @@
 // (cpu_dense.cpp); tests/gpu/cuda_ops_test.cpp compares the two for all four flag pairs.
 #include <string>
 
+#include "cuda/check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
+#include "mirror/precision.h"
 
 namespace mirror::cuda {
 
@@ -33,9 +46,29 @@ void CudaKernels::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a
     if (beta == 0) return cuda::fill(pc, 0.0f, c.numel(), op.stream());
     return cuda::scale(pc, be, c.numel(), op.stream());
   }
-  MIRROR_CUBLAS_CHECK(cublasSgemm(op.ctx().cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &al, pb, ldb, pa,
-                                  lda, &be, pc, n));
+  const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const MathMode mode = math_mode();
+  if (mode == MathMode::kFloat32) {
+    MIRROR_CUBLAS_CHECK(
+        cublasSgemm(op.ctx().cublas(), ob, oa, n, m, k, &al, pb, ldb, pa, lda, &be, pc, n));
+    return;
+  }
+  // Note [GPU mixed precision]: float32 in and out, 16-bit tensor-core products inside.
+  const cublasComputeType_t compute =
+      mode == MathMode::kBFloat16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+  MIRROR_CUBLAS_CHECK(cublasGemmEx(op.ctx().cublas(), ob, oa, n, m, k, &al, pb, CUDA_R_32F, ldb, pa,
+                                   CUDA_R_32F, lda, &be, pc, CUDA_R_32F, n, compute,
+                                   CUBLAS_GEMM_DEFAULT));
+}
+
+ops::MathSupport CudaKernels::math_support(Device device, MathMode mode) {
+  if (mode == MathMode::kFloat32) return {};
+  cudaDeviceProp p{};
+  MIRROR_CUDA_CHECK(cudaGetDeviceProperties(&p, device.index));
+  std::string missing = gpu_math_missing(p.major, p.minor, mode);
+  if (!missing.empty()) missing = std::string(p.name) + ": " + missing;
+  return {missing, {}};
 }
 
 void CudaKernels::bias_add(Tensor& y, const Tensor& bias) {

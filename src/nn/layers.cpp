@@ -115,7 +115,10 @@ Tensor Dense::forward(const Tensor& x, ForwardContext&) {
   require_built(*this, kernel_.value.defined());
   detail::check_input(*this, x, {in_}, dtype_);
   Tensor y = Tensor::empty({x.dim(0), units_}, dtype_, x.device());
-  ops::gemm(false, false, 1.0, x, kernel_.value, 0.0, y);
+  {
+    const ConstantOperands constant({kernel_.value.raw_data()});  // Note [Cast once per step]
+    ops::gemm(false, false, 1.0, x, kernel_.value, 0.0, y);
+  }
   ops::bias_add(y, bias_.value);
   if (act_ != Activation::kIdentity) y = ops::activation_forward(act_, y);
   x_ = x;
@@ -131,6 +134,7 @@ Tensor Dense::backward(const Tensor& dy) {
   ops::bias_grad(g, bias_.grad);
   if (!input_grad_needed()) return {};
   Tensor dx = Tensor::empty(x_.shape(), dtype_, x_.device());
+  const ConstantOperands constant({kernel_.value.raw_data()});
   ops::gemm(false, true, 1.0, g, kernel_.value, 0.0, dx);  // dx = g W^T
   return dx;
 }

@@ -96,6 +96,8 @@ Tensor GRU::forward(const Tensor& x, ForwardContext& ctx) {
                name() + " (gru): used before build(); add it to a Sequential and build it");
   detail::check_input(*this, x, {-1, features_}, dtype_);
   std::vector<std::int32_t> lengths = lengths_for(*this, x, ctx);
+  const ConstantOperands constant(  // Note [Cast once per step]
+      {kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   ops::GruForwardResult fwd = ops::gru_forward(x, lengths, weights(), ctx.training);
   Tensor out = return_sequences_ ? fwd.y : fwd.h_last;
   if (ctx.training) {
@@ -113,6 +115,7 @@ Tensor GRU::backward(const Tensor& dy) {
   check_backward(*this, x_.defined() && fwd_.reserve.defined(), x_, units_, return_sequences_, dy);
   ops::GruWeights dw{kernel_.grad, recurrent_kernel_.grad, bias_.grad, recurrent_bias_.grad};
   const Tensor none;
+  const ConstantOperands constant({kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   Tensor dx = ops::gru_backward(x_, lengths_, weights(), fwd_, return_sequences_ ? dy : none,
                                 return_sequences_ ? none : dy, dw);
   // The saved activations are not needed again; release them to the allocator's cache.
@@ -158,6 +161,8 @@ Tensor LSTM::forward(const Tensor& x, ForwardContext& ctx) {
                name() + " (lstm): used before build(); add it to a Sequential and build it");
   detail::check_input(*this, x, {-1, features_}, dtype_);
   std::vector<std::int32_t> lengths = lengths_for(*this, x, ctx);
+  const ConstantOperands constant(  // Note [Cast once per step]
+      {kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   ops::LstmForwardResult fwd = ops::lstm_forward(x, lengths, weights(), ctx.training);
   Tensor out = return_sequences_ ? fwd.y : fwd.h_last;
   if (ctx.training) {
@@ -175,6 +180,7 @@ Tensor LSTM::backward(const Tensor& dy) {
   check_backward(*this, x_.defined() && fwd_.reserve.defined(), x_, units_, return_sequences_, dy);
   ops::LstmWeights dw{kernel_.grad, recurrent_kernel_.grad, bias_.grad, recurrent_bias_.grad};
   const Tensor none;
+  const ConstantOperands constant({kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   Tensor dx = ops::lstm_backward(x_, lengths_, weights(), fwd_, return_sequences_ ? dy : none,
                                  return_sequences_ ? none : dy, dw);
   x_ = Tensor();

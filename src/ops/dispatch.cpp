@@ -200,6 +200,9 @@ void fill(Tensor& a, double value) { backend("fill", {&a}).fill(a, value); }
 double sum_squares(const Tensor& a) { return backend("sum_squares", {&a}).sum_squares(a); }
 Tensor cast(const Tensor& a, DType to) { return backend("cast", {&a}).cast(a, to); }
 bool all_finite(const Tensor& a) { return backend("all_finite", {&a}).all_finite(a); }
+MathSupport math_support(Device device, MathMode mode) {
+  return kernels_for(device).math_support(device, mode);
+}
 
 Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   KernelSet& k = backend("embedding_forward", {&ids, &table});
@@ -510,6 +513,7 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
                  param.str() + " vs grad " + grad.str());
   MIRROR_REQUIRE(momentum == 0 || momentum_buf.defined(), "sgd_update", "momentum needs a buffer");
   k.sgd_update(param, grad, momentum_buf, lr, momentum, nesterov, weight_decay);
+  note_parameters_changed();  // Note [Cast once per step]
 }
 
 void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
@@ -521,6 +525,7 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double
       "param " + param.str() + ", grad " + grad.str() + ", m " + m.str() + ", v " + v.str());
   MIRROR_REQUIRE(step >= 1, "adam_update", "step is 1-based");
   k.adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+  note_parameters_changed();  // Note [Cast once per step]
 }
 
 std::uint64_t fingerprint(const Tensor& a) {

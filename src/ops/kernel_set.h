@@ -47,6 +47,13 @@ class KernelSet {
   virtual double sum_squares(const Tensor& a) = 0;
   virtual Tensor cast(const Tensor& a, DType to) = 0;
   virtual bool all_finite(const Tensor& a) = 0;
+  /// Whether gemm and the convolutions honour `mode` on `device` (ops::math_support). A backend
+  /// without mixed-precision kernels says so; it must never run a mode silently in float32.
+  virtual ops::MathSupport math_support(Device, MathMode mode) {
+    if (mode == MathMode::kFloat32) return {};
+    return {std::string("the ") + name() + " backend has no " + math_mode_name(mode) + " kernels",
+            {}};
+  }
 
   virtual std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                            const ops::ChannelView& v) = 0;

@@ -10,6 +10,7 @@
 #include "mirror/json_input.h"
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
+#include "mirror/precision.h"
 #include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
 
@@ -114,7 +115,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
-  X(max_skipped_steps) X(sync_batchnorm)
+  X(max_skipped_steps) X(sync_batchnorm) X(precision)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -246,6 +247,11 @@ void TrainConfig::validate() const {
                                       std::to_string(max_skipped_steps));
   require(bucket_mb > 0 && first_bucket_mb > 0,
           "--bucket-mb and --first-bucket-mb must be positive");
+  try {
+    parse_precision(precision);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("--precision: ") + e.what());
+  }
   require(accumulation >= 1, "--accumulation must be >= 1, got " + std::to_string(accumulation));
   require(keep >= 0, "--keep must be >= 0 (0 keeps every checkpoint), got " + std::to_string(keep));
   require(!resume_or_start || !resume.empty(), "resume_or_start needs a resume folder");

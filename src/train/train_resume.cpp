@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -199,6 +200,25 @@ void load_tensors(dist::MirroredStrategy& strategy, const NamedTensors& tensors,
 
 }  // namespace
 
+void Trainer::Impl::restore_loss_scale(const Metadata& m) {
+  // A checkpoint of another precision (--allow-config-change), or from before mixed precision,
+  // keeps the initial scale.
+  const auto precision = m.find("mirror.precision");
+  if (precision == m.end() || precision->second != config.precision) return;
+  LossScale s;
+  const std::string text = meta(m, "mirror.loss_scale");
+  char* end = nullptr;
+  s.scale = std::strtod(text.c_str(), &end);
+  MIRROR_CHECK(!text.empty() && end == text.c_str() + text.size(), DataError,
+               "checkpoint metadata 'mirror.loss_scale' is '" + text + "': expected a number");
+  s.good_steps = meta_int<std::int64_t>(m, "mirror.loss_scale_good_steps", 0);
+  try {
+    strategy->set_loss_scale(s);
+  } catch (const InvalidArgument& e) {
+    throw DataError(std::string("checkpoint metadata: ") + e.what());
+  }
+}
+
 bool Trainer::Impl::same_model(const std::string& stored) const {
   if (stored == task.model_description) return true;
   if (!from_config) return false;
@@ -253,6 +273,12 @@ void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   m["mirror.world_replicas"] = std::to_string(strategy->world_replicas());
   m["mirror.data_checksum"] = checksum;
   m["mirror.config"] = config.to_json().dump();
+  m["mirror.precision"] = config.precision;
+  // Note [Loss scaling]: the scale is a power of two, so %.17g round-trips it exactly.
+  char scale[40];
+  std::snprintf(scale, sizeof scale, "%.17g", strategy->loss_scale().scale);
+  m["mirror.loss_scale"] = scale;
+  m["mirror.loss_scale_good_steps"] = std::to_string(strategy->loss_scale().good_steps);
   checkpoints->save(next.global_step, tensors, m);
 }
 
@@ -362,6 +388,9 @@ std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const 
   differs("optimizer", meta(m, "mirror.optimizer"), strategy->optimizer(0).name());
   differs("global batch", std::to_string(meta_int<std::int64_t>(m, "mirror.global_batch", 1)),
           std::to_string(global_batch));
+  // Checkpoints from before mixed precision were float32 runs.
+  const auto precision = m.find("mirror.precision");
+  differs("precision", precision == m.end() ? "float32" : precision->second, config.precision);
   const nlohmann::json stored = meta_config(m);
   if (stored.contains("lr")) {
     MIRROR_CHECK(
@@ -402,6 +431,7 @@ StartPoint Trainer::Impl::load_checkpoint(const SafetensorsFile& file, const std
         joined(changes) + (same_optimizer ? "" : "\n  (the optimizer starts from fresh state)"));
   }
   load_tensors(*strategy, file.tensors, same_optimizer);
+  restore_loss_scale(m);
   strategy->check_replicas_identical();
   if (is_root()) {
     progress.message("[mirror] resumed from " + found + " at epoch " + std::to_string(s.epoch + 1) +

@@ -26,6 +26,7 @@ dist::StrategyOptions strategy_options(const TrainConfig& c) {
   o.buckets.bytes = static_cast<std::size_t>(c.bucket_mb * (1 << 20));
   o.buckets.first_bytes = static_cast<std::size_t>(c.first_bucket_mb * (1 << 20));
   o.compression = dist::parse_compression(c.compression);
+  o.precision = parse_precision(c.precision);
   o.collective_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(c.comm_timeout_s * 1000));
   o.divergence_check_every = c.divergence_check_every;
@@ -200,7 +201,11 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     runtime.check_same_across_ranks("model description", task.model_description);
   });
 
-  agree_on_setup(runtime, [&] { check_parameter_memory(); });  // before any replica is built
+  agree_on_setup(runtime, [&] {  // before any replica is built
+    check_parameter_memory();
+    precision_notes =
+        dist::check_precision_support(parse_precision(config.precision), selection.devices);
+  });
   make_strategy();
   uniform_setup(runtime, [&] { check_model_output(); });
   agree_on_setup(runtime, [&] { check_step_memory(); });  // before the loaders allocate batches
@@ -218,7 +223,24 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
                      task.train->describe());
+    log_precision();
   }
+}
+
+void Trainer::Impl::log_precision() {
+  const Precision p = parse_precision(config.precision);
+  if (p == Precision::kFloat32) return;
+  std::string line = std::string("[mirror] precision ") + precision_name(p) + ": convolution, " +
+                     "dense and RNN products in " + math_mode_name(math_mode_of(p)) +
+                     " with float32 accumulation; float32 master weights, loss, softmax, "
+                     "normalization and optimizer";
+  if (p == Precision::kMixedFloat16) {
+    char scale[64];
+    std::snprintf(scale, sizeof scale, "%g", strategy->loss_scale().scale);
+    line += std::string("; dynamic loss scale ") + scale;
+  }
+  progress.message(line);
+  for (const std::string& note : precision_notes) progress.message("[mirror] WARNING: " + note);
 }
 
 void Trainer::Impl::open_outputs() {

@@ -194,6 +194,7 @@ struct Trainer::Impl {
   std::string model_label;   // for the start-up line: the name with its source or description
   bool from_config = false;  // the task was built from the config (a model spec)
   std::string checksum;      // data_checksum of the task's data
+  std::vector<std::string> precision_notes;  // emulated math modes, logged (precision.h)
   dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
   std::unique_ptr<dist::MirroredStrategy> strategy;
   std::vector<std::unique_ptr<data::Loader>> train_loaders, test_loaders;
@@ -209,8 +210,10 @@ struct Trainer::Impl {
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
   void check_model_output();
-  void check_step_memory() const;       // Note [Step memory] (step_memory.h)
-  void check_parameter_memory() const;  // Note [Parameter floor] (step_memory.h)
+  void check_step_memory() const;              // Note [Step memory] (step_memory.h)
+  void check_parameter_memory() const;         // Note [Parameter floor] (step_memory.h)
+  void log_precision();                        // rank 0: the precision policy and its fallbacks
+  void restore_loss_scale(const Metadata& m);  // mixed_float16's scale from a checkpoint
   /// Throws OutOfMemory when `need` (per local replica) exceeds the --memory limit of a CPU
   /// replica or the host's share for every replica of every local rank; `advice` as in
   /// train::check_step_memory.

@@ -181,6 +181,7 @@ class JsonLog final : public FitObserver {
     j["compute_ms"] = r.timing.forward_ms + r.timing.backward_ms + r.timing.optimizer_ms;
     j["exposed_comm_ms"] = r.timing.exposed_comm_ms;
     j["skipped"] = r.skipped;
+    if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;  // mixed_float16 only
     write(j);
   }
 

@@ -14,6 +14,7 @@
 #include "mirror/distributed/bucket.h"
 #include "mirror/nn/sequential.h"
 #include "mirror/optim/optimizer.h"
+#include "mirror/precision.h"
 
 namespace mirror::dist {
 
@@ -66,7 +67,17 @@ struct StrategyOptions {
   /// The loss; it must suit the batches' labels (class ids or float targets) and the model's
   /// output width, else the first step throws InvalidArgument naming both.
   LossKind loss = LossKind::kSoftmaxCrossEntropy;
+  /// Note [Mixed precision] (mirror/precision.h): the math mode of every step; mixed_float16
+  /// adds dynamic loss scaling (Note [Loss scaling]). Parameters and optimizer state stay as
+  /// built (float32).
+  Precision precision = Precision::kFloat32;
 };
+
+/// Checks that every device can run `precision` (InvalidArgument naming what a device lacks,
+/// e.g. a CPU without AVX-512 BF16) and returns the notes of emulated modes (empty when all run
+/// natively), one line per device type, for the log.
+std::vector<std::string> check_precision_support(Precision precision,
+                                                 const std::vector<Device>& devices);
 
 struct StepTiming {
   double forward_ms = 0;
@@ -101,6 +112,8 @@ struct StepResult {
                                    // sigmoid(y) - t)
   double abs_error_sum = 0;        // MAE numerator, same elements
   bool skipped = false;            // non-finite gradients: no update was applied anywhere
+  double loss_scale = 0;           // mixed_float16: the scale this step's loss was multiplied by
+                                   // (0: no loss scaling)
   bool stop_requested = false;     // a stop signal reached some rank (Note [Preemption])
   int micro_batches = 1;           // largest micro-batch count used by a local replica
   int buckets = 0;                 // all-reduces of the step (0 with a single replica)
@@ -176,6 +189,12 @@ class MirroredStrategy {
   /// Completed train_step calls (skipped steps included).
   std::int64_t steps() const { return steps_; }
   const StrategyOptions& options() const { return options_; }
+  /// The dynamic loss scale (mixed_float16; stays at its initial value otherwise). Identical on
+  /// every replica: it is updated from the reduced gradients.
+  const LossScale& loss_scale() const { return loss_scale_; }
+  /// Restores the loss scale (resuming a checkpoint); InvalidArgument unless the scale is a
+  /// power of two in [LossScale::kMin, kMax] and good_steps in [0, kGrowthInterval).
+  void set_loss_scale(const LossScale& s);
 
   struct Replica;  // per-device state (distributed/strategy_replica.h)
 
@@ -201,6 +220,9 @@ class MirroredStrategy {
   std::shared_ptr<Work> launch_metrics(Replica& r, Tensor& metrics, std::int64_t count,
                                        const char* what);
   StepResult reduce_metrics(std::vector<Tensor>& metrics);
+  /// mixed_float16: multiplies d loss / d logits by the loss scale (and applies the test hook).
+  void scale_loss_gradient(Replica& r, Tensor& dlogits);
+  void maybe_check_divergence();
 
   Runtime* runtime_;  // null: single-process world
   std::vector<Device> devices_;
@@ -214,6 +236,11 @@ class MirroredStrategy {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<ReplicaWorkers> workers_;
   std::int64_t steps_ = 0;
+  LossScale loss_scale_;
+  // Test hook (MIRROR_TEST_FP16_OVERFLOW="replica:step"): that world replica's loss gradient is
+  // made infinite at that strategy step, as an fp16 overflow would; -1 = off.
+  int overflow_replica_ = -1;
+  std::int64_t overflow_step_ = -1;
 };
 
 }  // namespace mirror::dist

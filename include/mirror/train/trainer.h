@@ -69,6 +69,8 @@ struct TrainConfig {
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   std::string compression = "none";  // none | fp16 | bf16
+  // float32 | mixed_bfloat16 | mixed_float16 (Note [Mixed precision], mirror/precision.h)
+  std::string precision = "float32";
   int accumulation = 1;
   bool on_oom_split = true;
   int divergence_check_every = 100;
