@@ -25,6 +25,7 @@
 #include "cuda/algo_choice.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
+#include "cuda/math_type.h"
 #include "mirror/memory.h"
 #include "mirror/precision.h"
 
@@ -72,20 +73,6 @@ ConvProblem plan(const Shape& x, const Shape& w, const ops::Conv2DGeometry& g) {
   return p;
 }
 
-/// The convolutions' math type under the current math mode (Note [GPU mixed precision],
-/// dense.cpp).
-cudnnMathType_t math_type() {
-  switch (math_mode()) {
-    case MathMode::kFloat16:
-      return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    case MathMode::kBFloat16:
-      return CUDNN_DEFAULT_MATH;
-    case MathMode::kFloat32:
-      break;
-  }
-  return CUDNN_FMA_MATH;
-}
-
 /// The four cuDNN descriptors of one problem.
 struct ConvDescs {
   TensorDesc x = make_tensor_desc(), y = make_tensor_desc();
@@ -100,7 +87,7 @@ struct ConvDescs {
         cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p.o, p.c, p.kh, p.kw));
     MIRROR_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, p.ph, p.pw, p.sh, p.sw, 1, 1,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    MIRROR_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type()));
+    MIRROR_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, cudnn_math_type()));
   }
 };
 

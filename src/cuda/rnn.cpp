@@ -6,7 +6,8 @@
 // Configuration: CUDNN_GRU or CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS (b_ih and b_hh; for the GRU the
 // reset gate multiplies U_n h + b_hn: docs/architecture.md invariant 5), CUDNN_LINEAR_INPUT,
 // CUDNN_UNIDIRECTIONAL (Bidirectional is a layer over two of these: src/nn/bidirectional.cpp),
-// one layer, no projection, float32 data and math, CUDNN_FMA_MATH (no TF32), no dropout,
+// one layer, no projection, float32 data, the precision policy's math type (math_type.h:
+// CUDNN_FMA_MATH, no TF32, under float32; tensor-op math under the mixed policies), no dropout,
 // CUDNN_RNN_PADDED_IO_ENABLED with CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED: x is ops.h's
 // [N, T, F] as it is, y is [N, T, H]. hx = cx = NULL (zero initial states); hy (and cy) are the
 // states after each sequence's last valid step.
@@ -38,6 +39,7 @@
 
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
+#include "cuda/math_type.h"
 
 namespace mirror::cuda {
 namespace {
@@ -80,7 +82,7 @@ struct RnnDescs {
     rnn = RnnDesc(r);
     MIRROR_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
         rnn, CUDNN_RNN_ALGO_STANDARD, kind.mode, CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
-        CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, d.f, d.h, d.h, 1,
+        CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, cudnn_math_type(), d.f, d.h, d.h, 1,
         dropout, CUDNN_RNN_PADDED_IO_ENABLED));
     x = data_desc(d, d.f, lengths);
     y = data_desc(d, d.h, lengths);
