@@ -16,7 +16,7 @@ args=(--model gru-rows --data synthetic --train-limit 2048 --test-limit 64 --bat
 # steps are logged, and checks the exit code, the checkpoint and that no rank outlives it.
 stop_with() {
   local sig="$1" name="stop-$1"
-  "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir "stopped-$sig" --log-jsonl "$name.jsonl" \
+  "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir "stopped-$sig" --log-jsonl "$PWD/$name.jsonl" \
     >"$name.out" 2>"$name.err" &
   local launcher=$!
   for _ in $(seq 1 1200); do
@@ -28,7 +28,7 @@ stop_with() {
   local rc=$?
   # Whatever mirrorrun started must be gone once it has exited.
   local left
-  left=$(pgrep -f -- "--log-jsonl $name.jsonl" || true)
+  left=$(pgrep -f -- "--log-jsonl $PWD/$name.jsonl" || true)  # this test's job only
   if [ -n "$left" ]; then
     fail "SIG$sig: processes of the job outlived mirrorrun: $(ps -o pid,args -p "${left//$'\n'/,}" | tail -n +2)"
     kill -KILL $left 2>/dev/null

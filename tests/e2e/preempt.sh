@@ -17,7 +17,9 @@ want=$(fingerprint plain.out)
 [ -n "$want" ] || fail "plain run printed no fingerprint"
 
 # signal_once NAME SIGNAL TARGET LAUNCH...: runs LAUNCH in the background, and once 8 steps are
-# logged sends SIGNAL to TARGET (rank1 | mirrorrun); leaves NAME.rc, NAME.out, NAME.err.
+# logged sends SIGNAL to TARGET (rank1 | mirrorrun); leaves NAME.rc, NAME.out, NAME.err. LAUNCH
+# logs to $PWD/NAME.jsonl: the absolute path (this test's own work dir) is how the target is
+# found, so a test running beside this one never receives the signal.
 signal_once() {
   local name="$1" sig="$2" target="$3"
   shift 3
@@ -29,16 +31,16 @@ signal_once() {
   done
   local victim
   if [ "$target" = mirrorrun ]; then
-    victim=$(pgrep -o -f -- "--log-jsonl $name.jsonl")  # mirrorrun, or the mpirun it became
+    victim=$(pgrep -o -f -- "--log-jsonl $PWD/$name.jsonl")  # mirrorrun, or the mpirun it became
   else
-    victim=$(pgrep -f "^$train .*--log-jsonl $name.jsonl" | tail -1)
+    victim=$(pgrep -f "^$train .*--log-jsonl $PWD/$name.jsonl" | tail -1)
   fi
   if [ -z "$victim" ]; then fail "$name: nothing to signal (did the run end early?)"; else kill -"$sig" "$victim"; fi
   wait "$bg"
 }
 
 # 1. SIGTERM to one rank.
-signal_once term TERM rank1 mpirun_ "$train" "${args[@]}" --checkpoint-dir ck --log-jsonl term.jsonl
+signal_once term TERM rank1 mpirun_ "$train" "${args[@]}" --checkpoint-dir ck --log-jsonl "$PWD/term.jsonl"
 rc=$(cat term.rc)
 [ "$rc" -eq 5 ] || fail "a SIGTERMed job exited $rc, not 5 (preempted)"
 stop=$(grep -o 'every rank stopped after step [0-9]*' term.out | awk '{print $NF}')
@@ -59,7 +61,7 @@ got=$(fingerprint resume.out)
 
 # 2. SIGTERM to launch/mirrorrun (which runs mpirun): the same stop, exit code 5.
 signal_once viarun TERM mirrorrun "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir ck2 \
-  --log-jsonl viarun.jsonl
+  --log-jsonl "$PWD/viarun.jsonl"
 rc=$(cat viarun.rc)
 [ "$rc" -eq 5 ] || fail "SIGTERM to mirrorrun: exit $rc, not 5: $(tail -5 viarun.err)"
 grep -q 'every rank stopped after step' viarun.out || fail "mirrorrun: no stop line"

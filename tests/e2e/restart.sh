@@ -20,13 +20,15 @@ want=$(fingerprint plain.out)
 [ -n "$want" ] || fail "plain run printed no fingerprint"
 
 # 2. The same run, rank 1 killed once a checkpoint exists; mirrorrun restarts it.
-(timeout -k 10 300 "$mirrorrun" --max-restarts 2 -np 2 "$train" "${args[@]}" --checkpoint-dir ck \
+(timeout -k 10 300 "$mirrorrun" --max-restarts 2 -np 2 "$train" "${args[@]}" --checkpoint-dir "$PWD/ck" \
    --checkpoint-every 4 >restart.out 2>restart.err; echo $? >restart.rc) &
 for _ in $(seq 1 600); do
   ls ck 2>/dev/null | grep -q safetensors && break
   sleep 0.05
 done
-victim=$(pgrep -f "^$train .*--checkpoint-dir ck" | tail -1)  # a rank, not mpirun
+# A rank of this job, not mpirun, and not a job of a test running beside this one: the absolute
+# checkpoint path is this test's own work dir.
+victim=$(pgrep -f "^$train .*--checkpoint-dir $PWD/ck " | tail -1)
 if [ -z "$victim" ]; then
   fail "no rank to kill (the run ended before its first checkpoint?)"
 else
@@ -36,18 +38,18 @@ wait
 rc=$(cat restart.rc)
 [ "$rc" -eq 0 ] || fail "restarted job exited $rc"
 grep -q "restart 1 of 2" restart.err || fail "mirrorrun did not say why it restarted"
-grep -q "resumed from ck/" restart.out || fail "the restarted job did not resume from ck/"
+grep -q "resumed from $PWD/ck/" restart.out || fail "the restarted job did not resume from ck/"
 got=$(fingerprint restart.out)
 [ "$got" = "$want" ] || fail "fingerprint after restart $got != uninterrupted $want"
 [ "$failures" -eq 0 ] && echo "ok   killed rank + restart: fingerprint $got equals the uninterrupted run"
 
 # 2b. A rank killed before the first checkpoint: the restart finds none and starts fresh
 #     (--resume-or-start; a plain --resume would fail on the empty folder).
-(timeout -k 10 300 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir early \
+(timeout -k 10 300 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" --checkpoint-dir "$PWD/early" \
    >early.out 2>early.err; echo $? >early.rc) &
 victim=""
 for _ in $(seq 1 600); do
-  victim=$(pgrep -f "^$train .*--checkpoint-dir early" | tail -1)
+  victim=$(pgrep -f "^$train .*--checkpoint-dir $PWD/early" | tail -1)
   [ -n "$victim" ] && break
   sleep 0.05
 done
