@@ -83,6 +83,9 @@ po::options_description make_options() {
       "memory", po::value<std::string>(),
       "growth | preallocate=FRACTION | limit=BYTES (default growth)")(
       "require-gpu", "fail instead of falling back to the CPU")(
+      "augment", po::value<std::string>(),
+      "random crops and flips of the training images: none | crop=P,flip (e.g. crop=4,flip: "
+      "shift by up to 4 pixels and mirror half the images; evaluation is not augmented)")(
       "sync-batchnorm",
       "synchronize every BatchNormalization across replicas (statistics of the global batch)")(
       "allow-gpu-sharing", "let several local ranks share a GPU")(
@@ -181,6 +184,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("first-bucket-mb", c.first_bucket_mb);
   set("compression", c.compression);
   set("precision", c.precision);
+  set("augment", c.augment);
   set("accumulation", c.accumulation);
   set("divergence-check-every", c.divergence_check_every);
   set("max-skipped-steps", c.max_skipped_steps);

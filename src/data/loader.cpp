@@ -102,6 +102,20 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, ShardSpec shard, LoaderOp
   MIRROR_CHECK(options_.bucket_window > 0, InvalidArgument, "bucket_window must be positive");
   MIRROR_CHECK(options_.prefetch_depth >= 0 && options_.num_workers >= 1, InvalidArgument,
                "prefetch_depth must be >= 0 and num_workers >= 1");
+  if (options_.augment.enabled()) {
+    const Shape chw = dataset_->sample_shape();
+    const int p = options_.augment.crop_padding;
+    MIRROR_CHECK(dataset_->input_dtype() == DType::kFloat32 && !dataset_->is_sequence() &&
+                     chw.size() == 3,
+                 InvalidArgument,
+                 "--augment " + to_string(options_.augment) +
+                     " crops and flips images [channels, height, width]; this data is " +
+                     dataset_->describe());
+    MIRROR_CHECK(chw[1] > p && chw[2] > p, InvalidArgument,
+                 "--augment " + to_string(options_.augment) + ": a crop padding of " +
+                     std::to_string(p) + " pixels needs images larger than that; this data is " +
+                     dataset_->describe());
+  }
   local_batch_ = B / R;
   const std::int64_t n = dataset_->size();
   steps_per_epoch_ = options_.last_batch == LastBatch::kDrop ? n / B : (n + B - 1) / B;
@@ -206,16 +220,19 @@ void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
     }
     return;
   }
-  Shape shape = ds.sample_shape();
-  const std::int64_t per = shape_numel(shape);
+  const Shape sample = ds.sample_shape();
+  const std::int64_t per = shape_numel(sample);
+  Shape shape = sample;
   shape.insert(shape.begin(), b);
   batch.inputs = Tensor::empty(shape, DType::kFloat32);
   auto* dst = batch.inputs.data<float>();
   for (std::int64_t j = 0; j < b; ++j) {
-    if (ids[j] >= 0)
+    if (ids[j] >= 0) {
       ds.decode_float(ids[j], dst + j * per);
-    else
+      augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
+    } else {
       std::memset(dst + j * per, 0, sizeof(float) * per);
+    }
   }
 }
 

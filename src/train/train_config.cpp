@@ -6,6 +6,7 @@
 #include <set>
 #include <type_traits>
 
+#include "mirror/data/augment.h"
 #include "mirror/error.h"
 #include "mirror/json_input.h"
 #include "mirror/memory.h"
@@ -115,7 +116,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
-  X(max_skipped_steps) X(sync_batchnorm) X(precision)
+  X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -247,6 +248,7 @@ void TrainConfig::validate() const {
                                       std::to_string(max_skipped_steps));
   require(bucket_mb > 0 && first_bucket_mb > 0,
           "--bucket-mb and --first-bucket-mb must be positive");
+  data::parse_image_augment(augment);  // its errors name --augment
   try {
     parse_precision(precision);
   } catch (const InvalidArgument& e) {

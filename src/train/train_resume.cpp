@@ -392,6 +392,12 @@ std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const 
   const auto precision = m.find("mirror.precision");
   differs("precision", precision == m.end() ? "float32" : precision->second, config.precision);
   const nlohmann::json stored = meta_config(m);
+  // Checkpoints from before --augment trained without it.
+  differs("augment",
+          stored.contains("augment") && stored["augment"].is_string()
+              ? stored["augment"].get<std::string>()
+              : "none",
+          config.augment);
   if (stored.contains("lr")) {
     MIRROR_CHECK(
         stored["lr"].is_number(), DataError,

@@ -218,11 +218,14 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
   agree_on_setup(runtime, [&] { open_outputs(); });
   start = restore();  // a checkpoint that cannot be resumed is a set-up error too
   if (is_root()) {
+    const data::ImageAugment augment = train_loaders.front()->options().augment;
+    const std::string augment_note =
+        augment.enabled() ? "; training images augmented: " + data::to_string(augment) : "";
     progress.message("[mirror] model " + model_label + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
-                     task.train->describe());
+                     task.train->describe() + augment_note);
     log_precision();
   }
 }
@@ -436,6 +439,7 @@ void Trainer::Impl::make_loaders() {
     train_opts.seed = config.seed;
     train_opts.last_batch = data::LastBatch::kPad;
     train_opts.bucket_by_length = task.train->variable_length();
+    train_opts.augment = data::parse_image_augment(config.augment);
     const Device device = strategy->devices()[static_cast<std::size_t>(i)];
     if (device.is_cuda()) {
       // Stage the batch on the replica's GPU from the loader's thread: the upload goes through
@@ -449,6 +453,7 @@ void Trainer::Impl::make_loaders() {
     data::LoaderOptions test_opts = train_opts;
     test_opts.shuffle = false;
     test_opts.bucket_by_length = false;
+    test_opts.augment = {};  // evaluation sees the images as they are
     test_loaders.push_back(std::make_unique<data::Loader>(task.test, shard, test_opts));
   }
 }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "mirror/data/augment.h"
 #include "mirror/data/batch.h"
 #include "mirror/data/dataset.h"
 
@@ -44,6 +45,9 @@ struct LoaderOptions {
   int bucket_window = 32;
   int prefetch_depth = 3;  // batches prepared ahead of the consumer; 0 = no thread, synchronous
   int num_workers = 1;     // threads assembling batches (when prefetch_depth > 0)
+  /// Random crops and flips of image samples (Note [Augmentation draws], augment.h); the
+  /// Loader refuses them for data that is not [C, H, W] images.
+  ImageAugment augment;
   /// Runs on the worker thread after a batch is assembled, before it is queued. This is where
   /// the GPU path stages the batch: copy into pinned memory and start the async host-to-device
   /// copy on a copy stream, recording an event the compute stream waits on.

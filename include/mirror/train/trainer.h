@@ -28,6 +28,8 @@ struct TrainConfig {
   std::string loss = "auto";  // auto (softmax CE for class labels, MSE for float targets) | ...
   // --sync-batchnorm: every BatchNormalization synchronized across replicas
   bool sync_batchnorm = false;
+  // --augment: random crops and flips of training images, e.g. "crop=4,flip" (mirror/data/augment.h)
+  std::string augment = "none";
   // built-in data (when no data files are given)
   std::string data = "real";  // real | synthetic
   std::string data_dir;       // Fashion-MNIST IDX files (default: the Debian package's folder)
