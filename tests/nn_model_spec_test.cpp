@@ -318,7 +318,9 @@ struct Rejection {
 TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
   const std::vector<Rejection> cases = {
       {R"([{"type": "simplernn", "units": 3}])",
-       {"layer 0 (simplernn)", "unknown layer type", "lstm"}},
+       {"layer 0 (simplernn)", "unknown layer type", "lstm", "batch_normalization", "add"}},
+      {R"([{"class_name": "RandomFlip", "config": {"mode": "horizontal"}}])",
+       {"layer 0 (RandomFlip)", "augmentation layer", "--augment", "flip"}},
       {R"([{"type": "dense", "units": 3, "kernel_sz": 1}])",
        {"layer 0 (dense)", "field 'kernel_sz'", "unknown field", "units"}},
       {R"([{"type": "flatten"}, {"class_name": "GRU", "config": {"units": 4, "reset_after": false}}])",

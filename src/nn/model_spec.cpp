@@ -190,13 +190,22 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
     place_in_graph(first_new, graph_name, graph_inputs);
     return;
   }
-  throw InvalidArgument(where(index, type) +
-                        ": unknown layer type; supported: conv2d (Conv2D), "
-                        "maxpool2d (MaxPooling2D), flatten, dense, dropout, embedding, "
-                        "masking, gru, lstm, bidirectional, conv1d (Conv1D), maxpool1d "
-                        "(MaxPooling1D), avgpool1d (AveragePooling1D), global_maxpool1d "
-                        "(GlobalMaxPooling1D), global_avgpool1d (GlobalAveragePooling1D), "
-                        "activation, relu (ReLU), input (InputLayer)");
+  // Keras's augmentation layers are random transforms of the input that run only in training:
+  // Mirror does that in the data loader, the same on every rank count.
+  static const std::vector<std::string> augmentation = {
+      "randomflip", "randomtranslation", "randomcrop", "randomrotation", "randomzoom",
+      "randomcontrast", "randombrightness"};
+  if (std::find(augmentation.begin(), augmentation.end(), t) != augmentation.end()) {
+    throw InvalidArgument(where(index, type) +
+                          ": a Keras augmentation layer; Mirror augments in the data loader: "
+                          "remove it from the model and pass --augment (flip for "
+                          "RandomFlip(\"horizontal\"), crop=P for a RandomTranslation or "
+                          "RandomCrop of up to P pixels; docs/data-formats.md)");
+  }
+  std::string supported = "input (InputLayer)";
+  for (const auto& [names, handler] : table) supported += ", " + names.front();
+  throw InvalidArgument(where(index, type) + ": unknown layer type; supported: " + supported +
+                        " (Keras class names too, e.g. Conv2D, MaxPooling2D)");
 }
 
 /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
