@@ -116,6 +116,8 @@ int run_train(int argc, char** argv) {
   add("overlap", po::value(&o.overlap)->default_value(o.overlap),
       "launch bucket all-reduces during backward (0 = after backward)");
   add("compression", po::value(&o.compression)->default_value(o.compression), "none, fp16, bf16");
+  add("precision", po::value(&o.precision)->default_value(o.precision),
+      "float32, mixed_bfloat16 or mixed_float16, as mirror-train --precision");
   add("first-bucket-bytes", po::value(&first_bucket)->default_value(first_bucket),
       "cap of the first bucket");
   add("bucket-bytes", po::value(&bucket)->default_value(bucket), "cap of the other buckets");

@@ -30,6 +30,7 @@
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
 #include "mirror/optim/optimizer.h"
+#include "mirror/precision.h"
 #include "tools/rank_gpu.h"
 
 extern char** environ;
@@ -58,6 +59,11 @@ void check_train_bench_options(const TrainBenchOptions& o) {
   MIRROR_CHECK(o.devices == "cpu" || o.devices == "gpu", InvalidArgument,
                "--devices must be cpu or gpu, got '" + o.devices + "'");
   parse_compression(o.compression);
+  try {
+    parse_precision(o.precision);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("--precision: ") + e.what());
+  }
 }
 
 void check_train_bench_devices(const TrainBenchOptions& o) {
@@ -133,6 +139,7 @@ nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
           {"overlapped_buckets", r.overlapped_buckets},
           {"overlap", o.overlap},
           {"compression", o.compression},
+          {"precision", o.precision},
           {"replicas_identical", r.replicas_identical},
           {"compute_only_efficiency", r.compute_only_efficiency},
           {"bucket_timings", bucket_timings_json(r)}};
@@ -168,6 +175,7 @@ std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBe
   so.buckets = {o.first_bucket_bytes, o.bucket_bytes};
   so.compression = parse_compression(o.compression);
   so.overlap = o.overlap;
+  so.precision = parse_precision(o.precision);
   so.divergence_check_every = 0;  // checked once at the end, outside the timing
   so.seed = 1;
   const std::string name = o.model == "gru" ? "gru-rows" : o.model;
@@ -257,6 +265,8 @@ int run_train_bench_worker(Runtime& rt, const TrainBenchOptions& o,
   // Exactly `threads` OpenMP threads per rank, whatever the launcher exported.
   omp_set_num_threads(o.threads);
   const Device device = bench_device(rt, o);
+  // A CPU without bfloat16 instructions, say, is an error naming what it lacks.
+  check_precision_support(parse_precision(o.precision), {device});
   auto strategy = make_bench_strategy(rt, o, device);
   const auto pool = make_pool(o, rt.world_rank(), rt.world_size());
   TrainBenchRow row = time_steps(rt, *strategy, pool, o, device);
@@ -292,6 +302,8 @@ std::vector<std::string> train_bench_worker_args(const TrainBenchOptions& o,
                                    std::to_string(o.threads),
                                    "--compression",
                                    o.compression,
+                                   "--precision",
+                                   o.precision,
                                    "--devices",
                                    o.devices,
                                    "--first-bucket-bytes",
@@ -402,7 +414,8 @@ void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions
   out << "mirror-bench train: model " << o.model << " on " << o.devices << ", batch "
       << o.batch_per_replica << " per replica, " << o.threads << " thread(s) per rank, " << o.steps
       << " steps (+" << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
-      << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\n";
+      << (o.overlap ? "on" : "off") << ", compression " << o.compression << ", precision "
+      << o.precision << "\n";
   out << "replicas   step ms    mean ms   cpu ms   samples/s   scaling   "
          "exposed comm ms (% step)   fwd/bwd/opt ms        peak MiB   buckets (overlapped)"
       << (o.baseline ? "   no-comm ceiling" : "") << "\n";
@@ -552,7 +565,8 @@ std::string train_bench_gnuplot(const TrainBenchOptions& o, const std::string& p
     << ", batch " << o.batch_per_replica << " per replica, " << o.threads
     << " thread(s) per rank\\n"
     << o.steps << " steps (+" << o.warmup << " warm-up), best of " << o.rounds << ", overlap "
-    << (o.overlap ? "on" : "off") << ", compression " << o.compression << "\"\n"
+    << (o.overlap ? "on" : "off") << ", compression " << o.compression << ", precision "
+    << o.precision << "\"\n"
     << "set xlabel 'replicas (ranks)'\nset xtics 1\nset grid\nset key left top\n"
     << "set offsets 0.1, 0.1, graph 0.08, 0\n"
     << "set ylabel 'samples/s'\nset yrange [0:*]\n"

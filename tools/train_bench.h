@@ -35,6 +35,8 @@ struct TrainBenchOptions {
   std::string launcher;
   bool overlap = true;
   std::string compression = "none";
+  /// float32 | mixed_bfloat16 | mixed_float16, as mirror-train's --precision.
+  std::string precision = "float32";
   /// Parent: also run each count > 1 with every rank training alone (no communication), which
   /// measures what the machine allows (shared memory bandwidth, caches) before any all-reduce.
   bool baseline = false;

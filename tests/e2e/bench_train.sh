@@ -40,4 +40,15 @@ PY
     [[ -s "$work/$model.png" ]] || fail "no plot $work/$model.png although gnuplot is installed"
   fi
 done
+
+# --precision reaches the workers: mixed_float16 (emulated on any CPU) is named in the table and
+# the rows; a bad policy is refused before any job starts.
+"$bench" train --model cnn --replicas 2 --steps 2 --warmup 1 --rounds 1 --batch-per-replica 8 \
+  --precision mixed_float16 --json "$work/fp16.json" >"$work/fp16.txt" ||
+  fail "--precision mixed_float16: $(tail -3 "$work/fp16.txt")"
+grep -q "precision mixed_float16" "$work/fp16.txt" || fail "the table does not name the precision"
+python3 -c 'import json, sys; rows = json.load(open(sys.argv[1])); assert [r["precision"] for r in rows] == ["mixed_float16"] and rows[0]["replicas_identical"], rows' "$work/fp16.json" ||
+  fail "fp16 rows"
+if "$bench" train --precision fp8 2>"$work/badp.txt"; then fail "--precision fp8 was accepted"; fi
+grep -q -- "--precision: " "$work/badp.txt" || fail "bad --precision message: $(cat "$work/badp.txt")"
 echo "PASS"
