@@ -73,8 +73,10 @@ struct Results {
   }
 };
 
-/// Training forward, then backward with dy (or none: `with_dy` false) and dh_last.
-Results run(const Problem& p, DType dt, bool with_dy, bool explicit_zero_dy = false) {
+/// Training forward, then backward with dy (or none: `with_dy` false) and dh_last; without
+/// `need_dx` the backward must return no dx, and the results hold none.
+Results run(const Problem& p, DType dt, bool with_dy, bool explicit_zero_dy = false,
+            bool need_dx = true) {
   const std::int64_t g = p.gates() * p.h;
   const Tensor x = make(p.x, {p.n, p.t, p.f}, dt);
   const Tensor w_ih = make(p.w_ih, {g, p.f}, dt), w_hh = make(p.w_hh, {g, p.h}, dt);
@@ -90,12 +92,13 @@ Results run(const Problem& p, DType dt, bool with_dy, bool explicit_zero_dy = fa
                        Tensor::zeros({g}, dt), Tensor::zeros({g}, dt)};
     const auto fwd = ops::gru_forward(x, p.lengths, w, true);
     const auto infer = ops::gru_forward(x, p.lengths, w, false);
-    const Tensor dx = ops::gru_backward(x, p.lengths, w, fwd, dy, dh, dw);
+    const Tensor dx = ops::gru_backward(x, p.lengths, w, fwd, dy, dh, dw, need_dx);
     r.add("y", fwd.y);
     r.add("h_last", fwd.h_last);
     r.add("inference y", infer.y);
     r.add("inference h_last", infer.h_last);
-    r.add("dx", dx);
+    if (need_dx) r.add("dx", dx);
+    EXPECT_EQ(dx.defined(), need_dx);
     r.add("dw_ih", dw.w_ih);
     r.add("dw_hh", dw.w_hh);
     r.add("db_ih", dw.b_ih);
@@ -106,13 +109,14 @@ Results run(const Problem& p, DType dt, bool with_dy, bool explicit_zero_dy = fa
                         Tensor::zeros({g}, dt), Tensor::zeros({g}, dt)};
     const auto fwd = ops::lstm_forward(x, p.lengths, w, true);
     const auto infer = ops::lstm_forward(x, p.lengths, w, false);
-    const Tensor dx = ops::lstm_backward(x, p.lengths, w, fwd, dy, dh, dw);
+    const Tensor dx = ops::lstm_backward(x, p.lengths, w, fwd, dy, dh, dw, need_dx);
     r.add("y", fwd.y);
     r.add("h_last", fwd.h_last);
     r.add("c_last", fwd.c_last);
     r.add("inference y", infer.y);
     r.add("inference h_last", infer.h_last);
-    r.add("dx", dx);
+    if (need_dx) r.add("dx", dx);
+    EXPECT_EQ(dx.defined(), need_dx);
     r.add("dw_ih", dw.w_ih);
     r.add("dw_hh", dw.w_hh);
     r.add("db_ih", dw.b_ih);
@@ -184,6 +188,22 @@ TEST(RnnKernels, RowBlocksOnTwoThreadsMatchOneThread) {
     expect_all_close(two, one, 1e-6, 1e-5, std::string(name_of(cell)) + " 2 threads vs 1");
   }
   omp_set_num_threads(before);
+}
+
+// A model's first layer asks for no dx (Layer::input_grad_needed): the weight gradients are
+// those of the full backward, bit for bit, and no dx is returned.
+TEST(RnnKernels, BackwardWithoutDxKeepsTheWeightGradients) {
+  for (Cell cell : {Cell::kGru, Cell::kLstm}) {
+    const Problem p = random_problem(cell, 4, 6, 5, 37, {6, 2, 1, 5}, 91);
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      const Results full = run(p, dt, true), skipped = run(p, dt, true, false, false);
+      for (std::size_t i = 0; i < skipped.names.size(); ++i) {
+        EXPECT_EQ(skipped.values[i], full.get(skipped.names[i]))
+            << name_of(cell) << " " << dtype_name(dt) << ": " << skipped.names[i];
+      }
+      EXPECT_EQ(skipped.names.size() + 1, full.names.size());
+    }
+  }
 }
 
 }  // namespace

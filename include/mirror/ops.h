@@ -213,11 +213,12 @@ struct GruForwardResult {
 GruForwardResult gru_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                              const GruWeights& w, bool training);
 /// dy [N, T, H] (may be undefined: no sequence output used) and dh_last [N, H] (may be
-/// undefined). Returns dx [N, T, F]; weight gradients are accumulated into `dw` (same
-/// layout as `w`).
+/// undefined). Returns dx [N, T, F], or an undefined tensor when !need_dx (a model's first
+/// layer: nothing reads the data's gradient, and the CPU skips its product); weight gradients
+/// are accumulated into `dw` (same layout as `w`).
 Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, const GruWeights& w,
                     const GruForwardResult& fwd, const Tensor& dy, const Tensor& dh_last,
-                    GruWeights& dw);
+                    GruWeights& dw, bool need_dx = true);
 
 // ---------------------------------------------------------------- LSTM
 /// Weights in PyTorch/cuDNN layout and gate order (i, f, g, o):
@@ -236,11 +237,12 @@ struct LstmForwardResult {
 /// length both states are carried unchanged.
 LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                const LstmWeights& w, bool training);
-/// dy [N, T, H] and dh_last [N, H] (either may be undefined, not both). Returns dx [N, T, F];
-/// weight gradients are accumulated into `dw` (same layout as `w`).
+/// dy [N, T, H] and dh_last [N, H] (either may be undefined, not both). Returns dx [N, T, F]
+/// (undefined when !need_dx, as gru_backward); weight gradients are accumulated into `dw`
+/// (same layout as `w`).
 Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                      const LstmWeights& w, const LstmForwardResult& fwd, const Tensor& dy,
-                     const Tensor& dh_last, LstmWeights& dw);
+                     const Tensor& dh_last, LstmWeights& dw, bool need_dx = true);
 
 // ---------------------------------------------------------------- sequence layout
 /// x [N, T, F] -> y with y[n, t] = x[n, len_n - 1 - t] for t < len_n and y[n, t] = x[n, t]

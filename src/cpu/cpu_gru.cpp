@@ -221,12 +221,13 @@ void check_backward_args(const Tensor& x, const ops::GruWeights& w,
 template <class T>
 Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
                      const ops::GruWeights& w, const ops::GruForwardResult& fwd, const Tensor& dy,
-                     const Tensor& dh_last, ops::GruWeights& dw) {
+                     const Tensor& dh_last, ops::GruWeights& dw, bool need_dx) {
   const Dims d = dims_of(x, w);
   const DType dt = x.dtype();
   const Device dev = x.device();
-  if (d.n == 0 || d.t == 0 || d.h == 0) return Tensor::zeros({d.n, d.t, d.f}, dt, dev);
-  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written from dx_t at the end
+  if (d.n == 0 || d.t == 0 || d.h == 0) {
+    return need_dx ? Tensor::zeros({d.n, d.t, d.f}, dt, dev) : Tensor();
+  }
 
   const T* states = fwd.reserve.data<T>();
   const T* gates = states + d.states_numel();
@@ -274,6 +275,10 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
   add_column_sums<T>(dgh, dw.b_hh);
   if (d.f > 0) {
     ops::gemm(true, false, 1.0, dgx, rnn::time_major<T>(x), 1.0, dw.w_ih);
+  }
+  if (!need_dx) return Tensor();
+  Tensor dx = Tensor::empty({d.n, d.t, d.f}, dt, dev);  // fully written from dx_t
+  if (d.f > 0) {
     Tensor dx_t = Tensor::empty({d.t * d.n, d.f}, dt, dev);
     ops::gemm(false, false, 1.0, dgx, w.w_ih, 0.0, dx_t);
     rnn::swap_leading<T>(dx_t.data<T>(), d.t, d.n, d.f, dx.data<T>());
@@ -292,12 +297,12 @@ ops::GruForwardResult gru_forward(const Tensor& x, const std::vector<std::int32_
 
 Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                     const ops::GruWeights& w, const ops::GruForwardResult& fwd, const Tensor& dy,
-                    const Tensor& dh_last, ops::GruWeights& dw) {
+                    const Tensor& dh_last, ops::GruWeights& dw, bool need_dx) {
   check_backward_args(x, w, fwd, dy, dh_last, dw);
   if (x.dtype() == DType::kFloat64) {
-    return backward_impl<double>(x, lengths, w, fwd, dy, dh_last, dw);
+    return backward_impl<double>(x, lengths, w, fwd, dy, dh_last, dw, need_dx);
   }
-  return backward_impl<float>(x, lengths, w, fwd, dy, dh_last, dw);
+  return backward_impl<float>(x, lengths, w, fwd, dy, dh_last, dw, need_dx);
 }
 
 }  // namespace mirror::cpu

@@ -13,6 +13,6 @@ ops::GruForwardResult gru_forward(const Tensor& x, const std::vector<std::int32_
                                   const ops::GruWeights& w, bool training);
 Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                     const ops::GruWeights& w, const ops::GruForwardResult& fwd, const Tensor& dy,
-                    const Tensor& dh_last, ops::GruWeights& dw);
+                    const Tensor& dh_last, ops::GruWeights& dw, bool need_dx);
 
 }  // namespace mirror::cpu

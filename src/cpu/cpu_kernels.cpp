@@ -44,8 +44,9 @@ ops::GruForwardResult CpuKernels::gru_forward(const Tensor& x,
 
 Tensor CpuKernels::gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                 const ops::GruWeights& w, const ops::GruForwardResult& fwd,
-                                const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw) {
-  return cpu::gru_backward(x, lengths, w, fwd, dy, dh_last, dw);
+                                const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw,
+                                bool need_dx) {
+  return cpu::gru_backward(x, lengths, w, fwd, dy, dh_last, dw, need_dx);
 }
 
 }  // namespace mirror::cpu

@@ -75,12 +75,13 @@ class CpuKernels final : public KernelSet {
                                     const ops::GruWeights& w, bool training) override;
   Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                       const ops::GruWeights& w, const ops::GruForwardResult& fwd, const Tensor& dy,
-                      const Tensor& dh_last, ops::GruWeights& dw) override;
+                      const Tensor& dh_last, ops::GruWeights& dw, bool need_dx) override;
   ops::LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                       const ops::LstmWeights& w, bool training) override;
   Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                        const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
-                       const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw) override;
+                       const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw,
+                       bool need_dx) override;
   Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) override;
   Tensor concat_features(const Tensor& a, const Tensor& b) override;
   Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count) override;

@@ -13,6 +13,6 @@ ops::LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int3
                                     const ops::LstmWeights& w, bool training);
 Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                      const ops::LstmWeights& w, const ops::LstmForwardResult& fwd, const Tensor& dy,
-                     const Tensor& dh_last, ops::LstmWeights& dw);
+                     const Tensor& dh_last, ops::LstmWeights& dw, bool need_dx);
 
 }  // namespace mirror::cpu

@@ -59,8 +59,9 @@ ops::LstmForwardResult CpuKernels::lstm_forward(const Tensor& x,
 
 Tensor CpuKernels::lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                  const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
-                                 const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw) {
-  return cpu::lstm_backward(x, lengths, w, fwd, dy, dh_last, dw);
+                                 const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw,
+                                 bool need_dx) {
+  return cpu::lstm_backward(x, lengths, w, fwd, dy, dh_last, dw, need_dx);
 }
 
 Tensor CpuKernels::reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) {

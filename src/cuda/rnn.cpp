@@ -347,9 +347,13 @@ ops::GruForwardResult CudaKernels::gru_forward(const Tensor& x,
 
 Tensor CudaKernels::gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                  const ops::GruWeights& w, const ops::GruForwardResult& fwd,
-                                 const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw) {
-  return rnn_backward(kGru, x, lengths, {w.w_ih, w.w_hh, w.b_ih, w.b_hh}, fwd.y, fwd.reserve, dy,
-                      dh_last, {dw.w_ih, dw.w_hh, dw.b_ih, dw.b_hh});
+                                 const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw,
+                                 bool need_dx) {
+  // cuDNN's backward-data pass yields the gate gradients the weights' pass needs, so dx is
+  // computed either way; it is dropped when nothing reads it (ops.h).
+  Tensor dx = rnn_backward(kGru, x, lengths, {w.w_ih, w.w_hh, w.b_ih, w.b_hh}, fwd.y, fwd.reserve,
+                           dy, dh_last, {dw.w_ih, dw.w_hh, dw.b_ih, dw.b_hh});
+  return need_dx ? dx : Tensor();
 }
 
 ops::LstmForwardResult CudaKernels::lstm_forward(const Tensor& x,
@@ -361,9 +365,11 @@ ops::LstmForwardResult CudaKernels::lstm_forward(const Tensor& x,
 
 Tensor CudaKernels::lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                   const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
-                                  const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw) {
-  return rnn_backward(kLstm, x, lengths, {w.w_ih, w.w_hh, w.b_ih, w.b_hh}, fwd.y, fwd.reserve, dy,
-                      dh_last, {dw.w_ih, dw.w_hh, dw.b_ih, dw.b_hh});
+                                  const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw,
+                                  bool need_dx) {
+  Tensor dx = rnn_backward(kLstm, x, lengths, {w.w_ih, w.w_hh, w.b_ih, w.b_hh}, fwd.y,
+                           fwd.reserve, dy, dh_last, {dw.w_ih, dw.w_hh, dw.b_ih, dw.b_hh});
+  return need_dx ? dx : Tensor();  // as gru_backward
 }
 
 }  // namespace mirror::cuda

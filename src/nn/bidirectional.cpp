@@ -125,9 +125,12 @@ Tensor Bidirectional::backward(const Tensor& dy) {
       break;
   }
   if (backward_->return_sequences()) dyb = ops::reverse_sequences(dyb, lengths_);
+  // A first layer's directions skip the data's gradient too.
+  forward_->set_input_grad_needed(input_grad_needed());
+  backward_->set_input_grad_needed(input_grad_needed());
   Tensor dx = forward_->backward(dyf);
   const Tensor dx_reversed = backward_->backward(dyb);
-  ops::axpy(1.0, ops::reverse_sequences(dx_reversed, lengths_), dx);
+  if (dx.defined()) ops::axpy(1.0, ops::reverse_sequences(dx_reversed, lengths_), dx);
   saved_ = false;
   y_forward_ = y_backward_ = Tensor();
   return dx;

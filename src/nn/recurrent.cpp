@@ -117,7 +117,7 @@ Tensor GRU::backward(const Tensor& dy) {
   const Tensor none;
   const ConstantOperands constant({kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   Tensor dx = ops::gru_backward(x_, lengths_, weights(), fwd_, return_sequences_ ? dy : none,
-                                return_sequences_ ? none : dy, dw);
+                                return_sequences_ ? none : dy, dw, input_grad_needed());
   // The saved activations are not needed again; release them to the allocator's cache.
   x_ = Tensor();
   fwd_ = ops::GruForwardResult();
@@ -182,7 +182,7 @@ Tensor LSTM::backward(const Tensor& dy) {
   const Tensor none;
   const ConstantOperands constant({kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   Tensor dx = ops::lstm_backward(x_, lengths_, weights(), fwd_, return_sequences_ ? dy : none,
-                                 return_sequences_ ? none : dy, dw);
+                                 return_sequences_ ? none : dy, dw, input_grad_needed());
   x_ = Tensor();
   fwd_ = ops::LstmForwardResult();
   return dx;

@@ -322,7 +322,7 @@ GruForwardResult gru_forward(const Tensor& x, const std::vector<std::int32_t>& l
 
 Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, const GruWeights& w,
                     const GruForwardResult& fwd, const Tensor& dy, const Tensor& dh_last,
-                    GruWeights& dw) {
+                    GruWeights& dw, bool need_dx) {
   KernelSet& k = backend("gru_backward", {&x, &w.w_ih, &dy, &dh_last, &dw.w_ih});
   check_gru(x, lengths, w);
   MIRROR_REQUIRE(dy.defined() || dh_last.defined(), "gru_backward", "needs dy or dh_last");
@@ -336,7 +336,7 @@ Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths, c
                  "gru_backward", "weight gradients must have the weights' shapes");
   MIRROR_REQUIRE(fwd.reserve.defined(), "gru_backward",
                  "no saved activations: run gru_forward with training=true");
-  return k.gru_backward(x, lengths, w, fwd, dy, dh_last, dw);
+  return k.gru_backward(x, lengths, w, fwd, dy, dh_last, dw, need_dx);
 }
 
 LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>& lengths,
@@ -348,7 +348,7 @@ LstmForwardResult lstm_forward(const Tensor& x, const std::vector<std::int32_t>&
 
 Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                      const LstmWeights& w, const LstmForwardResult& fwd, const Tensor& dy,
-                     const Tensor& dh_last, LstmWeights& dw) {
+                     const Tensor& dh_last, LstmWeights& dw, bool need_dx) {
   KernelSet& k = backend("lstm_backward", {&x, &w.w_ih, &dy, &dh_last, &dw.w_ih});
   check_recurrent(x, lengths, w.w_ih, w.w_hh, w.b_ih, w.b_hh, 4, "lstm_backward");
   MIRROR_REQUIRE(dy.defined() || dh_last.defined(), "lstm_backward", "needs dy or dh_last");
@@ -367,7 +367,7 @@ Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
   }
   MIRROR_REQUIRE(fwd.reserve.defined(), "lstm_backward",
                  "no saved activations: run lstm_forward with training=true");
-  return k.lstm_backward(x, lengths, w, fwd, dy, dh_last, dw);
+  return k.lstm_backward(x, lengths, w, fwd, dy, dh_last, dw, need_dx);
 }
 
 Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) {

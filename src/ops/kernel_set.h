@@ -84,14 +84,16 @@ class KernelSet {
                                             const ops::GruWeights& w, bool training) = 0;
   virtual Tensor gru_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                               const ops::GruWeights& w, const ops::GruForwardResult& fwd,
-                              const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw) = 0;
+                              const Tensor& dy, const Tensor& dh_last, ops::GruWeights& dw,
+                              bool need_dx) = 0;
 
   virtual ops::LstmForwardResult lstm_forward(const Tensor& x,
                                               const std::vector<std::int32_t>& lengths,
                                               const ops::LstmWeights& w, bool training) = 0;
   virtual Tensor lstm_backward(const Tensor& x, const std::vector<std::int32_t>& lengths,
                                const ops::LstmWeights& w, const ops::LstmForwardResult& fwd,
-                               const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw) = 0;
+                               const Tensor& dy, const Tensor& dh_last, ops::LstmWeights& dw,
+                               bool need_dx) = 0;
   virtual Tensor reverse_sequences(const Tensor& x, const std::vector<std::int32_t>& lengths) = 0;
   virtual Tensor concat_features(const Tensor& a, const Tensor& b) = 0;
   virtual Tensor slice_features(const Tensor& y, std::int64_t begin, std::int64_t count) = 0;
