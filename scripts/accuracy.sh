@@ -25,7 +25,7 @@ args_for() {
   case "$1" in
     cnn) echo "--model cnn --epochs 10 --batch-size 64 --lr 1e-3 --schedule cosine" ;;
     resnet)
-      echo "--model resnet --epochs 15 --batch-size 64 --lr 1e-3 --schedule cosine --optimizer adamw --weight-decay 0.05" ;;
+      echo "--model resnet --epochs 20 --batch-size 64 --optimizer sgd --momentum 0.9 --lr 0.05 --weight-decay 5e-4 --warmup-steps 500 --schedule cosine --augment crop=2,flip" ;;
     gru-rows) echo "--model gru-rows --epochs 20 --batch-size 64 --lr 2e-3 --schedule cosine" ;;
     gru-words) echo "--model gru-words --epochs 2 --batch-size 256 --lr 2e-3 --schedule cosine" ;;
     lstm-rows) echo "$(args_for gru-rows) --model-spec $root/examples/models/lstm-rows.json" ;;
