@@ -8,6 +8,7 @@
 #include "tools/onnx_export.h"
 
 #include <cmath>
+#include <utility>
 
 #include "mirror/error.h"
 #include "mirror/nn/cnn_layers.h"
@@ -111,18 +112,26 @@ std::string pool2d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in, 
   return c.b.op(max ? "MaxPool" : "AveragePool", {x}, attrs, l.name());
 }
 
-std::string batch_norm(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) {
-  const auto cfg = l.config();
-  const std::int64_t channels = in.size() == 2 ? in[1] : in[0];  // [T, F]: F; else dim 1
+/// A normalization's gamma and beta over n features: its parameters, or ones and zeros where
+/// the layer has scale: false or center: false (ONNX's operators require both).
+std::pair<std::string, std::string> scale_and_shift(Ctx& c, nn::Layer& l,
+                                                    const nlohmann::json& cfg, std::int64_t n) {
   const auto params = l.parameters();
-  const auto buffers = l.buffers();
   std::size_t next = 0;
   const std::string gamma = cfg["scale"].get<bool>()
                                 ? weight(c, *params[next++])
-                                : c.b.floats("ones", {channels}, std::vector<float>(channels, 1));
+                                : c.b.floats("ones", {n}, std::vector<float>(n, 1));
   const std::string beta = cfg["center"].get<bool>()
                                ? weight(c, *params[next++])
-                               : c.b.floats("zeros", {channels}, std::vector<float>(channels, 0));
+                               : c.b.floats("zeros", {n}, std::vector<float>(n, 0));
+  return {gamma, beta};
+}
+
+std::string batch_norm(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) {
+  const auto cfg = l.config();
+  const std::int64_t channels = in.size() == 2 ? in[1] : in[0];  // [T, F]: F; else dim 1
+  const auto buffers = l.buffers();
+  const auto [gamma, beta] = scale_and_shift(c, l, cfg, channels);
   const std::string mean =
       c.b.floats(buffers[0]->name, dims_of(buffers[0]->value), values_of(buffers[0]->value));
   const std::string var =
@@ -138,15 +147,7 @@ std::string batch_norm(Ctx& c, nn::Layer& l, const std::string& x, const Shape& 
 
 std::string layer_norm(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) {
   const auto cfg = l.config();
-  const std::int64_t f = in.back();
-  const auto params = l.parameters();
-  std::size_t next = 0;
-  const std::string gamma = cfg["scale"].get<bool>()
-                                ? weight(c, *params[next++])
-                                : c.b.floats("ones", {f}, std::vector<float>(f, 1));
-  const std::string beta = cfg["center"].get<bool>()
-                               ? weight(c, *params[next++])
-                               : c.b.floats("zeros", {f}, std::vector<float>(f, 0));
+  const auto [gamma, beta] = scale_and_shift(c, l, cfg, in.back());
   return c.b.op("LayerNormalization", {x, gamma, beta},
                 {attr("axis", -1), attr_f("epsilon", cfg["epsilon"].get<float>())}, l.name());
 }

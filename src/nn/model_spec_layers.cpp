@@ -53,16 +53,20 @@ std::vector<json> ModelSpecParser::conv2d(Fields& f, bool keras) {
   return {j};
 }
 
-std::vector<json> ModelSpecParser::maxpool2d(Fields& f, bool keras) {
+std::vector<json> ModelSpecParser::pool2d(Fields& f, bool keras, const char* type) {
   const auto pool = square(f, "pool", f.pair("pool", "pool_size", 2));
   const auto stride = square(f, "strides", f.pair("strides", "stride", pool));
   const std::string padding = padding_field(f);
   image_format(f, keras);
   f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "maxpool2d"},
+  return {{{"type", type},
            {"pool", {pool, pool}},
            {"strides", {stride, stride}},
            {"padding", padding}}};
+}
+
+std::vector<json> ModelSpecParser::maxpool2d(Fields& f, bool keras) {
+  return pool2d(f, keras, "maxpool2d");
 }
 
 std::vector<json> ModelSpecParser::flatten(Fields& f, bool keras) {
@@ -403,15 +407,7 @@ std::vector<json> ModelSpecParser::global_average_pooling2d(Fields& f, bool kera
 }
 
 std::vector<json> ModelSpecParser::average_pooling2d(Fields& f, bool keras) {
-  const auto pool = square(f, "pool", f.pair("pool", "pool_size", 2));
-  const auto stride = square(f, "strides", f.pair("strides", "stride", pool));
-  const std::string padding = padding_field(f);
-  image_format(f, keras);
-  f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "average_pooling2d"},
-           {"pool", {pool, pool}},
-           {"strides", {stride, stride}},
-           {"padding", padding}}};
+  return pool2d(f, keras, "average_pooling2d");
 }
 
 /// padding: n, [rows, columns] or [[top, bottom], [left, right]] (Keras's three forms).

@@ -54,6 +54,8 @@ struct ModelSpecParser {
   // ---- one layer each, returning its canonical layers (model_spec_layers.cpp)
   void image_format(Fields& f, bool keras);
   std::vector<json> conv2d(Fields& f, bool keras);
+  /// Max and average pooling share their fields: pool, strides, padding, data_format.
+  std::vector<json> pool2d(Fields& f, bool keras, const char* type);
   std::vector<json> maxpool2d(Fields& f, bool keras);
   std::vector<json> flatten(Fields& f, bool keras);
   std::vector<json> dense(Fields& f, bool);
