@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <omp.h>
 #include <sstream>
 #include <tuple>
 
@@ -211,6 +212,7 @@ void MirroredStrategy::build_replicas(ModelFactory& model_factory,
     for (std::size_t p = 0; p < r->params.size(); ++p) {
       r->index_of[r->params[p]] = static_cast<int>(p);
     }
+    r->local_buffers = replica_local_buffers(r->model);
     replicas_.push_back(std::move(r));
   }
   std::vector<BucketParam> sizes;
@@ -370,7 +372,6 @@ int MirroredStrategy::rank_of_replica(int replica) const {
 
 void MirroredStrategy::check_replicas_identical() {
   if (world_replicas_ == 1) return;
-  average_buffers();
   std::vector<std::vector<std::int64_t>> gathered(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto fp = static_cast<std::int64_t>(weights_fingerprint(r.local_index));
@@ -400,6 +401,14 @@ void MirroredStrategy::run_on_replicas(const std::function<void(Replica&)>& fn) 
 }
 
 // ================================================================ worker threads
+//
+// Note [Replica threads]: replica 0 runs on the calling thread, the others on these workers.
+// OpenMP's thread count (--threads) is a per-thread setting: a thread started with std::thread
+// does not see the caller's omp_set_num_threads but the process default (all cores). Kernels
+// split their work (and so order their floating-point sums) by that count, so a worker that
+// kept the default computed other bits than replica 0, and which replica created a cached
+// oneDNN primitive decided the others' results too (Note [Primitives and thread counts],
+// src/cpu/cpu_dnnl.h). Every job therefore runs under the caller's count on every thread.
 
 ReplicaWorkers::ReplicaWorkers(int count) : errors_(static_cast<std::size_t>(count)) {
   for (int i = 1; i < count; ++i) threads_.emplace_back([this, i] { loop(i); });
@@ -419,6 +428,7 @@ void ReplicaWorkers::run(const std::function<void(int)>& fn) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
+    compute_threads_ = omp_get_max_threads();
     remaining_ = static_cast<int>(threads_.size());
     ++generation_;
   }
@@ -454,13 +464,16 @@ void ReplicaWorkers::loop(int index) {
   std::uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job = nullptr;
+    int threads = 1;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       job = job_;
+      threads = compute_threads_;
     }
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     try {
       (*job)(index);
     } catch (...) {

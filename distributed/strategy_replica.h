@@ -76,6 +76,9 @@ struct MirroredStrategy::Replica {
   std::unordered_map<const nn::Parameter*, int> index_of;
   std::vector<Tensor> buffers;  // one flat gradient buffer per bucket
   std::vector<Tensor> wire;     // 16-bit copies of the buffers while compressing
+  // Non-trained buffers each replica updates from its own shard (unsynchronized BatchNorm
+  // moving statistics), averaged with every step's metrics (Note [Buffers across replicas]).
+  std::vector<nn::Buffer*> local_buffers;
 
   // Sums over comm for synchronized BatchNorm (strategy_sync_bn.cpp); null with one replica.
   std::unique_ptr<nn::ReplicaSum> replica_sum;
@@ -105,11 +108,17 @@ class ReplicaWorkers {
   const std::function<void(int)>* job_ = nullptr;
   std::uint64_t generation_ = 0;
   int remaining_ = 0;
+  int compute_threads_ = 1;  // the caller's OpenMP thread count (Note [Replica threads])
   bool stop_ = false;
 };
 
 /// Whether some BatchNormalization of `model` is synchronized across replicas.
 bool has_synchronized_batchnorm(nn::Sequential& model);
+/// The buffers of `model` that each replica updates from its own shard: those of unsynchronized
+/// BatchNormalizations and of any other layer with buffers (strategy_sync_bn.cpp).
+std::vector<nn::Buffer*> replica_local_buffers(nn::Sequential& model);
+/// Elements of `buffers` altogether.
+std::int64_t total_numel(const std::vector<nn::Buffer*>& buffers);
 /// The ReplicaSum of a replica: sums over `comm`, naming collectives after the step counter
 /// `step` (strategy_sync_bn.cpp).
 std::unique_ptr<nn::ReplicaSum> make_replica_sum(Communicator& comm, Device device,

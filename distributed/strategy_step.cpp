@@ -65,6 +65,8 @@ std::int64_t real_count(const data::Batch& batch) {
 
 namespace {
 
+constexpr std::int64_t kMetricValues = 7;  // loss, correct, count, ... (launch_metrics)
+
 DType wire_dtype(Compression c) {
   return c == Compression::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
 }
@@ -153,7 +155,9 @@ std::vector<optim::FlatGroup> optimizer_groups(const BucketPlan& plan,
 // micro-batch's backward.
 void MirroredStrategy::launch_train_metrics(Replica& r) {
   if (r.now->metrics_launched) return;
-  r.now->metrics_work = launch_metrics(r, r.now->metrics, r.now->count, "train");
+  // Every forward of the step has run, so the moving statistics are final for it.
+  r.now->metrics_work =
+      launch_metrics(r, r.now->metrics, r.now->count, "train", r.local_buffers);
   r.now->metrics_launched = true;
 }
 
@@ -342,7 +346,7 @@ void MirroredStrategy::compute_gradients(Replica& r, const data::Batch& batch,
 
 StepResult MirroredStrategy::reduce_metrics(std::vector<Tensor>& metrics) {
   // Every replica's metrics tensor holds the same reduced values; read local replica 0's.
-  const auto m = metrics[0].to(Device::cpu()).to_vector<double>();
+  const auto m = metrics[0].view(0, {kMetricValues}).to(Device::cpu()).to_vector<double>();
   StepResult result;
   result.loss = m[0];
   result.correct = static_cast<std::int64_t>(m[1]);
@@ -370,17 +374,41 @@ StepResult MirroredStrategy::reduce_metrics(std::vector<Tensor>& metrics) {
 }
 
 std::shared_ptr<Work> MirroredStrategy::launch_metrics(Replica& r, Tensor& metrics,
-                                                       std::int64_t count, const char* what) {
+                                                       std::int64_t count, const char* what,
+                                                       const std::vector<nn::Buffer*>& buffers) {
   // Counts travel as doubles: exact up to 2^53, far beyond any step.
-  metrics = Tensor::from_vector<double>(
-                {r.now->loss, static_cast<double>(r.now->correct), static_cast<double>(count),
-                 static_cast<double>(r.now->target_values), r.now->squared_error, r.now->abs_error,
-                 stop_requested() ? 1.0 : 0.0},  // Note [Preemption] (preemption.h)
-                {7})
-                .to(r.device);
-  if (world_replicas_ == 1) return nullptr;
+  const Tensor values =
+      Tensor::from_vector<double>(
+          {r.now->loss, static_cast<double>(r.now->correct), static_cast<double>(count),
+           static_cast<double>(r.now->target_values), r.now->squared_error, r.now->abs_error,
+           stop_requested() ? 1.0 : 0.0},  // Note [Preemption] (preemption.h)
+          {kMetricValues})
+          .to(r.device);
+  if (world_replicas_ == 1) {
+    metrics = values;
+    return nullptr;
+  }
+  // Note [Buffers across replicas] (strategy_sync_bn.cpp): the buffers ride along as float64.
+  metrics = Tensor::empty({kMetricValues + total_numel(buffers)}, DType::kFloat64, r.device);
+  metrics.view(0, {kMetricValues}).copy_from(values);
+  std::int64_t offset = kMetricValues;
+  for (const nn::Buffer* b : buffers) {
+    metrics.view(offset, b->value.shape()).copy_from(ops::cast(b->value, DType::kFloat64));
+    offset += b->value.numel();
+  }
   return r.comm->all_reduce(metrics, metrics, ReduceOp::kSum,
                             std::string(what) + " metrics step " + std::to_string(r.now->step));
+}
+
+void MirroredStrategy::adopt_buffer_averages(Replica& r) {
+  if (world_replicas_ == 1) return;
+  std::int64_t offset = kMetricValues;
+  for (nn::Buffer* b : r.local_buffers) {
+    Tensor sum = r.now->metrics.view(offset, b->value.shape());
+    ops::scale(sum, 1.0 / world_replicas_);  // the same bytes on every replica
+    b->value.copy_from(ops::cast(sum, b->value.dtype()));
+    offset += b->value.numel();
+  }
 }
 
 void MirroredStrategy::scale_loss_gradient(Replica& r, Tensor& dlogits) {
@@ -408,6 +436,7 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
     launch_train_metrics(r);  // no buckets (one replica, or no parameters)
     if (r.now->metrics_work) r.now->metrics_work->wait();
     r.now->metrics_work.reset();
+    adopt_buffer_averages(r);
     metrics[static_cast<std::size_t>(r.local_index)] = r.now->metrics;
     r.now->timing.exposed_comm_ms = detail::ms_since(t0);
     // Reduced gradients are the same bytes on every replica, so is this decision.
@@ -472,7 +501,6 @@ StepResult MirroredStrategy::evaluate_step(std::vector<data::Batch>& batches) {
   check_batches(batches, local_replicas(), "evaluate_step");
   check_loss_inputs(batches, options_.loss, replicas_[0]->model.output_shape(), "evaluate_step");
   const ScopedMathMode math(math_mode_of(options_.precision));
-  average_buffers();  // Note [Buffers across replicas]
   std::vector<Tensor> metrics(replicas_.size());
   run_on_replicas([&](Replica& r) {
     const auto start = Clock::now();

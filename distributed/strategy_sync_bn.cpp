@@ -1,13 +1,18 @@
 // Cross-replica state of the model: the ReplicaSum that synchronized BatchNormalization calls
-// in forward and backward, and the averaging of non-trained buffers (BatchNorm moving
-// statistics) across replicas.
+// in forward and backward, and which non-trained buffers (BatchNorm moving statistics) differ
+// between replicas and so are averaged every step.
 //
 // Note [Buffers across replicas]: an unsynchronized BatchNorm normalises each replica's shard,
-// so its moving statistics differ between replicas (DDP's and TF's default). They are averaged
-// (one all-reduce per buffer, kAvg: every replica receives the same bytes) before evaluation,
-// before every divergence check and before a checkpoint; after that, the replica fingerprint,
-// which covers the buffers, is equal everywhere. With synchronized BatchNorm every replica
-// computes the same statistics from the same global sums, so there is nothing to average.
+// so each replica's forward moves its moving statistics towards its own shard's statistics.
+// The strategy averages those buffers across all replicas at the end of every training step
+// (they travel, as float64, in the step's metrics all-reduce: no collective of their own), as
+// TensorFlow's MirroredStrategy does with its MEAN-aggregated moving averages. The moving
+// average is linear, so averaging every step gives, up to rounding, what averaging once at the
+// end would; but because every step does it, the buffers are identical on every replica after
+// every step: the fingerprint covers them, a checkpoint saves the state every replica holds,
+// and writing one (at any step, on a schedule or at a preemption) changes nothing that follows,
+// so a resumed run continues bit for bit. With synchronized BatchNorm every replica computes
+// the statistics of the global batch, so there is nothing to average.
 #include "distributed/strategy_replica.h"
 #include "mirror/nn/cnn_layers.h"
 
@@ -34,18 +39,23 @@ class CommReplicaSum final : public nn::ReplicaSum {
   const std::int64_t& step_;
 };
 
-/// Whether some buffer of the model can differ across replicas (an unsynchronized BatchNorm,
-/// or a layer with buffers this file does not know).
-bool has_replica_local_buffers(nn::Sequential& model) {
+}  // namespace
+
+std::vector<nn::Buffer*> replica_local_buffers(nn::Sequential& model) {
+  std::vector<nn::Buffer*> local;
   for (auto& layer : model.layers()) {
-    if (layer->buffers().empty()) continue;
     auto* bn = dynamic_cast<nn::BatchNormalization*>(layer.get());
-    if (bn == nullptr || !bn->synchronized()) return true;
+    if (bn != nullptr && bn->synchronized()) continue;
+    for (nn::Buffer* b : layer->buffers()) local.push_back(b);
   }
-  return false;
+  return local;
 }
 
-}  // namespace
+std::int64_t total_numel(const std::vector<nn::Buffer*>& buffers) {
+  std::int64_t n = 0;
+  for (const nn::Buffer* b : buffers) n += b->value.numel();
+  return n;
+}
 
 bool has_synchronized_batchnorm(nn::Sequential& model) {
   for (auto& layer : model.layers()) {
@@ -58,18 +68,6 @@ bool has_synchronized_batchnorm(nn::Sequential& model) {
 std::unique_ptr<nn::ReplicaSum> make_replica_sum(Communicator& comm, Device device,
                                                  const std::int64_t& step) {
   return std::make_unique<CommReplicaSum>(comm, device, step);
-}
-
-void MirroredStrategy::average_buffers() {
-  if (world_replicas_ == 1 || !has_replica_local_buffers(replicas_[0]->model)) return;
-  run_on_replicas([&](Replica& r) {
-    for (nn::Buffer* b : r.model.buffers()) {
-      r.comm
-          ->all_reduce(b->value, b->value, ReduceOp::kAvg,
-                       "average of " + b->name + " after step " + std::to_string(steps_))
-          ->wait();
-    }
-  });
 }
 
 }  // namespace mirror::dist

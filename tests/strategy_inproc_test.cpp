@@ -114,25 +114,51 @@ TEST(StrategyInproc, SyncBatchNormReplicasMatchOneBigBatch) {
   }
 }
 
-TEST(StrategyInproc, UnsyncedBatchNormStatisticsAreAveragedBeforeChecksAndEvaluation) {
+TEST(StrategyInproc, UnsyncedBatchNormStatisticsAreAveragedEveryStep) {
+  // Note [Buffers across replicas]: each replica's moving statistics follow its own shard, and
+  // every step ends with every replica holding their average -- so a checkpoint written after
+  // any step saves what every replica holds, and writing it changes nothing that follows.
   StrategyOptions o = options_with();
   o.divergence_check_every = 0;
-  MirroredStrategy s(
-      cpu_devices(0, 2), [](Device d) { return small_resnet(d, 100, false); }, adam, o);
-  const data::Batch g = global_batch(ModelKind::kResBn, 0, 6, 6);
-  auto batches = batches_for(s, g, 3);
-  s.train_step(batches, 0.01);
-  // Each replica normalised its own shard: the moving statistics differ...
-  const auto m0 = s.model(0).buffers()[0]->value.to_vector<float>();
-  const auto m1 = s.model(1).buffers()[0]->value.to_vector<float>();
-  ASSERT_NE(m0, m1);
-  EXPECT_NE(s.weights_fingerprint(0), s.weights_fingerprint(1));  // the fingerprint sees them
-  // ...until the check averages them: then every replica holds the mean.
-  s.check_replicas_identical();
-  const auto avg = s.model(0).buffers()[0]->value.to_vector<float>();
-  EXPECT_EQ(avg, s.model(1).buffers()[0]->value.to_vector<float>());
-  for (std::size_t i = 0; i < avg.size(); ++i) EXPECT_NEAR(avg[i], (m0[i] + m1[i]) / 2, 1e-6);
-  EXPECT_EQ(s.weights_fingerprint(0), s.weights_fingerprint(1));
+  for (int replicas : {2, 3}) {
+    SCOPED_TRACE(std::to_string(replicas) + " replicas");
+    MirroredStrategy s(
+        cpu_devices(0, replicas), [](Device d) { return small_resnet(d, 100, false); }, adam, o);
+    for (int step = 0; step < 3; ++step) {
+      const data::Batch g = global_batch(ModelKind::kResBn, step, 3 * replicas, 3 * replicas);
+      // What each replica's own moving statistics become this step: the forward of its shard on
+      // a copy of its current state.
+      std::vector<std::vector<float>> own;
+      for (int i = 0; i < replicas; ++i) {
+        nn::Sequential copy = small_resnet(Device::cpu(9), 100, false);
+        const auto from = s.model(0).buffers();
+        const auto to = copy.buffers();
+        for (std::size_t k = 0; k < to.size(); ++k) to[k]->value.copy_from(from[k]->value);
+        const auto weights = s.model(0).parameters();
+        const auto into = copy.parameters();
+        for (std::size_t k = 0; k < into.size(); ++k) into[k]->value.copy_from(weights[k]->value);
+        const data::Batch b = shard(g, 3 * i, 3 * (i + 1), Device::cpu(9));
+        nn::ForwardContext ctx;
+        ctx.training = true;
+        ctx.sample_weights = b.weights;
+        copy.forward(b.inputs, ctx);
+        own.push_back(copy.buffers()[0]->value.to_vector<float>());
+      }
+      ASSERT_NE(own[0], own[1]);  // the shards differ, so do their statistics
+      auto batches = batches_for(s, g, 3);
+      s.train_step(batches, 0.01);
+      const auto avg = s.model(0).buffers()[0]->value.to_vector<float>();
+      for (std::size_t k = 0; k < avg.size(); ++k) {
+        double mean = 0;
+        for (const auto& v : own) mean += v[k] / replicas;
+        EXPECT_NEAR(avg[k], mean, 1e-6) << "channel " << k;
+      }
+      for (int i = 1; i < replicas; ++i) {
+        EXPECT_EQ(s.weights_fingerprint(i), s.weights_fingerprint(0)) << "step " << step;
+      }
+    }
+    s.check_replicas_identical();  // covers the buffers: nothing to average first
+  }
 }
 
 TEST(StrategyInproc, WithoutOverlapEveryBucketWaitsForBackward) {

@@ -2,6 +2,7 @@
 #include "cpu/cpu_dnnl.h"
 
 #include <atomic>
+#include <omp.h>
 
 #include "mirror/error.h"
 
@@ -12,6 +13,8 @@ std::atomic<std::int64_t> primitives_created{0};
 
 std::int64_t dnnl_primitives_created() { return primitives_created.load(); }
 void note_dnnl_primitive_created() { primitives_created.fetch_add(1); }
+
+std::string dnnl_thread_key() { return "t" + std::to_string(omp_get_max_threads()) + ":"; }
 
 dnnl::engine& dnnl_engine() {
   static dnnl::engine engine = [] {

@@ -9,6 +9,14 @@
 // the library-managed scratchpad is not. oneDNN itself parallelises with OpenMP and respects
 // omp_get_max_threads() (set by the programs' --threads).
 //
+// Note [Primitives and thread counts]: a oneDNN primitive fixes its work split (and with it the
+// order of its reductions, e.g. a convolution's weight gradient summed over thread-local
+// partials) from omp_get_max_threads() of the thread that creates it. A primitive made under
+// 2 threads and run under 1 gives other bits than one made under 1. So the caches key every
+// entry by the creating thread's count as well as by shape: whichever replica thread gets there
+// first, every thread runs a primitive planned for its own count, and results depend only on
+// the thread count (which every replica thread inherits from its caller, see ReplicaWorkers).
+//
 // Note [oneDNN layouts]: Mirror's tensors are always plain (NCHW activations, OIHW kernels).
 // Given plain memory descriptors oneDNN's convolutions fall back to im2col + sgemm; given
 // format_tag::any they pick blocked layouts (nChw8c, OIhw8i8o, ... on AVX2) and direct JIT
@@ -92,13 +100,20 @@ class DnnlRun {
   std::vector<PendingOutput> outputs_;
 };
 
+/// The calling thread's OpenMP thread count, as a cache-key prefix (Note [Primitives and
+/// thread counts]).
+std::string dnnl_thread_key();
+
 /// A small thread-safe map from a shape key to whatever a primitive family caches (primitive
 /// descriptors and primitives). Entries live for the process: a model uses a handful of shapes.
+/// The key is extended with the calling thread's OpenMP thread count (Note [Primitives and
+/// thread counts]).
 template <class Value>
 class PrimitiveCache {
  public:
   template <class Make>
-  Value get(const std::string& key, Make&& make) {
+  Value get(const std::string& shape_key, Make&& make) {
+    const std::string key = dnnl_thread_key() + shape_key;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = map_.find(key);

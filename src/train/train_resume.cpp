@@ -240,8 +240,8 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
 
 void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   if (config.checkpoint_dir.empty()) return;
-  // Collective (every rank comes here): replicas agree on the BatchNorm moving statistics first.
-  strategy->average_buffers();
+  // Every replica holds the same BatchNorm moving statistics after every step (Note [Buffers
+  // across replicas], distributed/strategy_sync_bn.cpp), so replica 0's are everyone's.
   NamedTensors tensors;
   for (nn::Parameter* p : strategy->model(0).parameters()) tensors[p->name] = p->value;
   for (nn::Buffer* b : strategy->model(0).buffers()) tensors[b->name] = b->value;

@@ -165,14 +165,10 @@ class MirroredStrategy {
   StepResult evaluate_step(std::vector<data::Batch>& batches);
 
   /// All-gathers every replica's weights_fingerprint(); throws CommError naming the replicas
-  /// (and their ranks) that differ from replica 0. Averages the buffers first (Note [Buffers
-  /// across replicas]). Collective.
+  /// (and their ranks) that differ from replica 0. The fingerprint covers the non-trained
+  /// buffers, which every train_step leaves identical on every replica (Note [Buffers across
+  /// replicas], distributed/strategy_sync_bn.cpp). Collective.
   void check_replicas_identical();
-  /// Averages the non-trained buffers (unsynchronized BatchNorm moving statistics) across all
-  /// replicas so they are identical everywhere; a no-op when none can differ. evaluate_step and
-  /// check_replicas_identical call it; a trainer calls it before writing a checkpoint.
-  /// Collective.
-  void average_buffers();
 
   int local_replicas() const;
   int world_replicas() const { return world_replicas_; }
@@ -217,8 +213,13 @@ class MirroredStrategy {
   void launch_bucket(Replica& r, int bucket);
   void finish_buckets(Replica& r);
   void launch_train_metrics(Replica& r);
+  /// All-reduces (sums) the step's metrics and, when given, the float64 copies of `buffers`
+  /// appended to them; null with one replica.
   std::shared_ptr<Work> launch_metrics(Replica& r, Tensor& metrics, std::int64_t count,
-                                       const char* what);
+                                       const char* what,
+                                       const std::vector<nn::Buffer*>& buffers = {});
+  /// Replaces every local buffer by the average of the reduced sums in r's metrics.
+  void adopt_buffer_averages(Replica& r);
   StepResult reduce_metrics(std::vector<Tensor>& metrics);
   /// mixed_float16: multiplies d loss / d logits by the loss scale (and applies the test hook).
   void scale_loss_gradient(Replica& r, Tensor& dlogits);

@@ -27,7 +27,7 @@ namespace mirror::nn {
 /// the two per-channel gradient sums likewise, so R replicas with batch b compute exactly what
 /// one replica with batch R*b computes (docs/architecture.md invariant 2). Unsynchronized, each
 /// replica normalises its own shard; the strategy averages the moving statistics across replicas
-/// before evaluation and checkpoints so they never drift.
+/// at the end of every step so they never drift.
 class BatchNormalization : public Layer {
  public:
   BatchNormalization(double momentum = 0.99, double epsilon = 1e-3, bool center = true,
