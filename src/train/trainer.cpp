@@ -251,6 +251,12 @@ void Trainer::Impl::open_outputs() {
   if (!config.checkpoint_dir.empty()) {
     checkpoints.emplace(config.checkpoint_dir, config.keep);
     check_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
+    checkpoint_lock.emplace(config.checkpoint_dir);  // before anything looks at its contents
+    if (!checkpoint_lock->recovered().empty()) {
+      progress.message("[mirror] --checkpoint-dir " + config.checkpoint_dir +
+                       ": took over the lock left by a run that is no longer running (" +
+                       checkpoint_lock->recovered() + ")");
+    }
   }
   if (!config.log_jsonl.empty()) log = MetricsLog(config.log_jsonl, log_mode(config));
   if (!config.trace.empty()) check_trace_file();

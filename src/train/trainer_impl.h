@@ -18,6 +18,7 @@
 #include "mirror/nn/models.h"
 #include "mirror/optim/schedule.h"
 #include "mirror/train/checkpoint.h"
+#include "mirror/train/checkpoint_lock.h"
 #include "mirror/train/metrics_log.h"
 #include "mirror/train/trace.h"
 #include "mirror/train/trainer.h"
@@ -202,6 +203,7 @@ struct Trainer::Impl {
   std::int64_t global_batch = 0;
   double lr_scale = 1.0;
   std::optional<CheckpointManager> checkpoints;  // rank 0 only
+  std::optional<CheckpointDirLock> checkpoint_lock;  // rank 0: Note [Checkpoint folder lock]
   MetricsLog log;                                // rank 0 only
   TraceRecorder trace;
   Progress progress;
