@@ -38,13 +38,15 @@ void write_file(const std::string& path, const std::string& bytes) {
                "cannot write " + path + ": " + std::strerror(errno));
 }
 
-int run(const std::string& checkpoint, const std::string& onnx, const std::string& kind) {
+int run(const std::string& checkpoint, const std::string& onnx, const std::string& kind,
+        bool allow_extra_tensors) {
   MIRROR_CHECK(!checkpoint.empty() && !onnx.empty(), mirror::InvalidArgument,
                "--checkpoint and --onnx are required (see mirror-export --help)");
   MIRROR_CHECK(kind == "logits" || kind == "probabilities", mirror::InvalidArgument,
                "--output-kind must be logits or probabilities, got '" + kind + "'");
   const mirror::predict::CheckpointModel ck = mirror::predict::load_checkpoint_model(checkpoint);
-  mirror::nn::Sequential model = mirror::predict::build_model(ck, mirror::Device::cpu());
+  mirror::nn::Sequential model =
+      mirror::predict::build_model(ck, mirror::Device::cpu(), allow_extra_tensors);
   mirror::onnx::ExportOptions options;
   options.probabilities = kind == "probabilities";
   options.tokens = mirror::predict::input_spec(model).tokens;
@@ -61,13 +63,16 @@ int run(const std::string& checkpoint, const std::string& onnx, const std::strin
 
 int main(int argc, char** argv) {
   std::string checkpoint, onnx, kind = "logits";
+  bool allow_extra_tensors = false;
   po::options_description options(kAbout);
   options.add_options()("help,h", "show this help")(
       "checkpoint", po::value(&checkpoint),
       "a checkpoint file, or a --checkpoint-dir (its newest valid checkpoint)")(
       "onnx", po::value(&onnx), "the ONNX file to write")(
       "output-kind", po::value(&kind)->default_value("logits"),
-      "logits, or probabilities (a Softmax at the end)");
+      "logits, or probabilities (a Softmax at the end)")(
+      "allow-extra-tensors", po::bool_switch(&allow_extra_tensors),
+      "ignore checkpoint tensors the model spec does not have (an error otherwise)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
@@ -81,7 +86,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return run(checkpoint, onnx, kind);
+    return run(checkpoint, onnx, kind, allow_extra_tensors);
   } catch (const mirror::InvalidArgument& e) {
     std::cerr << "mirror-export: error: " << e.what() << "\n";
     return 2;

@@ -31,6 +31,7 @@ struct Flags {
   std::string checkpoint, input, input_csv, input_tokens, output, output_kind = "logits";
   std::string label_column, input_shape;
   bool tokens_labeled = false;
+  bool allow_extra_tensors = false;
   std::int64_t batch_size = 256;
   mirror::dist::DeviceRequest devices;
 };
@@ -121,7 +122,7 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     std::string what;
     inputs = read_inputs(f, what);
     if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
-    model = pr::build_model(ck, sel.devices.at(0));
+    model = pr::build_model(ck, sel.devices.at(0), f.allow_extra_tensors);
     pr::check_inputs(inputs, pr::input_spec(model), what);
   });
   if (code) return code;
@@ -186,6 +187,8 @@ int main(int argc, char** argv) {
       "output-kind", po::value(&f.output_kind)->default_value("logits"),
       "logits (the model's outputs) or probabilities (their softmax)")(
       "batch-size", po::value(&f.batch_size)->default_value(256), "samples per forward pass")(
+      "allow-extra-tensors", po::bool_switch(&f.allow_extra_tensors),
+      "ignore checkpoint tensors the model spec does not have (an error otherwise)")(
       "devices", po::value(&f.devices.devices)->default_value("auto"),
       "auto, gpu, gpu:N, cpu (as mirror-train; the first device of the rank runs)");
   po::variables_map vm;

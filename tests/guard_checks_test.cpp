@@ -240,15 +240,24 @@ TEST(MetricsLogFailures, AppendingCutsATornLastLine) {
   EXPECT_EQ(std::filesystem::file_size(path), 0u);
 }
 
-TEST(StepMemory, ParameterFloorOfDenseAndEmbeddingLayersFromTheSpec) {
+TEST(StepMemory, ParameterFloorOfTheSpecsLayers) {
   const auto spec = nlohmann::json::parse(R"({"layers": [
       {"type": "embedding", "input_dim": 1000, "output_dim": 32},
       {"type": "gru", "units": 64},
       {"type": "dense", "units": 100, "activation": "relu"},
       {"type": "dropout", "rate": 0.5},
       {"type": "dense", "units": 10}]})");
-  // 1000 x 32 + (gru: 0) + 100 x 1 (inputs unknown) + 10 x 100.
-  EXPECT_EQ(train::parameter_floor(spec), 32000u + 100u + 1000u);
+  // 1000 x 32 + gru 3 x 64 x (32 + 64) + 100 x 64 + 10 x 100.
+  EXPECT_EQ(train::parameter_floor(spec), 32000u + 3u * 64 * 96 + 6400u + 1000u);
+  const auto convs = nlohmann::json::parse(R"({"layers": [
+      {"type": "conv2d", "filters": 1073741824, "kernel": [3, 3]},
+      {"type": "conv1d", "filters": 8, "kernel": 5},
+      {"type": "bidirectional", "layer": {"type": "lstm", "units": 10}},
+      {"type": "dense", "units": 7}]})");
+  // conv2d 2^30 x 9 x 1 channel; conv1d 8 x 5 x 2^30 channels; bi-LSTM 2 x 4 x 10 x (8 + 10);
+  // dense 7 x 20 (the concatenated directions).
+  EXPECT_EQ(train::parameter_floor(convs),
+            9ull * 1073741824 + 40ull * 1073741824 + 2 * 4 * 10 * 18 + 7 * 20);
   EXPECT_EQ(train::parameter_floor(nlohmann::json::parse(R"({"layers": "x"})")), 0u);
   const auto huge = nlohmann::json::parse(
       R"({"layers": [{"type": "dense", "units": 4000000000000000000},

@@ -156,6 +156,73 @@ TEST(PredictCheckpoint, RoundTripsAndRefusesClearly) {
   EXPECT_THROW(predict::load_checkpoint_model((dir.path() / "missing").string()), DataError);
 }
 
+/// The message of the DataError / OutOfMemory that loading and building `file` throws.
+std::string refusal(const std::filesystem::path& file) {
+  try {
+    predict::build_model(predict::load_checkpoint_model(file.string()));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(PredictCheckpoint, RefusesEditedCheckpointsWithValidChecksums) {
+  // Each file below is well-formed and checksummed (it was written, not corrupted), but what it
+  // says is not a model Mirror can trust.
+  testing_util::TempDir dir;
+  const nn::ModelSpec spec = word_spec(true);
+  nn::Sequential trained = nn::make_model(spec, DType::kFloat32, Device::cpu(), 11);
+  train::NamedTensors tensors;
+  for (nn::Parameter* p : trained.parameters()) tensors[p->name] = p->value;
+  const train::Metadata meta = {{"mirror.model", spec.to_json().dump()}, {"mirror.step", "7"}};
+  auto write = [&](const std::string& name, const train::NamedTensors& t, const train::Metadata& m) {
+    train::write_safetensors(dir.path() / name, t, m);
+    return dir.path() / name;
+  };
+  // A step that is not a number.
+  train::Metadata bad_step = meta;
+  bad_step["mirror.step"] = "12abc";
+  EXPECT_NE(refusal(write("step.safetensors", tensors, bad_step))
+                .find("metadata 'mirror.step' is '12abc': expected an integer >= 0"),
+            std::string::npos);
+  // A NaN weight, named.
+  train::NamedTensors nan = tensors;
+  nan["dense_1/bias"] = tensors.at("dense_1/bias").clone();
+  nan["dense_1/bias"].data<float>()[1] = std::nanf("");
+  const std::string nan_message = refusal(write("nan.safetensors", nan, meta));
+  EXPECT_NE(nan_message.find("tensor 'dense_1/bias' holds a NaN or infinity (element 1)"),
+            std::string::npos)
+      << nan_message;
+  // A tensor the spec does not have: refused, or ignored when asked.
+  train::NamedTensors extra = tensors;
+  extra["dense_9/kernel"] = Tensor::zeros({2, 2});
+  const auto extra_file = write("extra.safetensors", extra, meta);
+  EXPECT_NE(refusal(extra_file).find("holds tensor 'dense_9/kernel', which its model spec does "
+                                     "not have"),
+            std::string::npos);
+  EXPECT_NO_THROW(predict::build_model(predict::load_checkpoint_model(extra_file.string()),
+                                       Device::cpu(), true));
+  // A spec stating a Dense of 10^9 units over 10^6 inputs: the estimate, before any allocation.
+  nlohmann::json huge = spec.to_json();
+  huge["layers"].back()["units"] = 1000000000;
+  train::Metadata big = meta;
+  big["mirror.model"] = huge.dump();
+  const std::string big_message = refusal(write("big.safetensors", tensors, big));
+  EXPECT_NE(big_message.find("of host memory"), std::string::npos) << big_message;
+  EXPECT_NE(big_message.find("nothing was allocated"), std::string::npos) << big_message;
+}
+
+TEST(PredictInputs, ADeviceIsNotReadAsAFile) {
+  try {
+    predict::read_array_input("/dev/zero");
+    FAIL() << "/dev/zero was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero is a device, not a data file"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 const onnx::Initializer& initializer(const onnx::Graph& g, const std::string& name) {
   for (const auto& i : g.initializers)
     if (i.name.rfind(name, 0) == 0) return i;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "mirror/data/arrays.h"
@@ -18,7 +19,9 @@
 #include "mirror/data/npy.h"
 #include "mirror/data/token_text.h"
 #include "mirror/error.h"
+#include "mirror/memory.h"
 #include "mirror/ops.h"
+#include "train/step_memory.h"
 
 namespace mirror::predict {
 namespace fs = std::filesystem;
@@ -70,26 +73,53 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
                     "here: predict with the program that trained it");
   }
   if (const auto step = meta.find("mirror.step"); step != meta.end()) {
-    std::from_chars(step->second.data(), step->second.data() + step->second.size(), out.step);
+    const std::string& text = step->second;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out.step);
+    MIRROR_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() &&
+                     out.step >= 0,
+                 DataError,
+                 out.file.string() + ": checkpoint metadata 'mirror.step' is '" +
+                     text.substr(0, 40) +
+                     "': expected an integer >= 0 (the checkpoint was edited or written by "
+                     "another tool)");
   }
+  // Note [Parameter floor] (src/train/step_memory.h): a spec stating a layer of 10^9 units is
+  // refused with the estimate before the model is built, as mirror-train refuses it.
+  const std::uint64_t floor = train::parameter_floor(out.spec.to_json());
+  const auto budget = static_cast<std::uint64_t>(static_cast<double>(host_available_bytes()) *
+                                                 kCpuGrowthCapFraction);
+  train::check_step_memory(train::parameter_memory(floor, 1, 0), budget,
+                           "90% of this host's MemAvailable",
+                           "The model spec recorded in " + out.file.string() + " has at least " +
+                               std::to_string(floor) +
+                               " parameters: it was edited, or was trained on a larger machine");
   for (auto& [name, t] : loaded.file.tensors) {
     if (name.rfind(kOptimizerPrefix, 0) != 0) out.weights.emplace(name, std::move(t));
   }
   return out;
 }
 
-nn::Sequential build_model(const CheckpointModel& checkpoint, Device device) {
+nn::Sequential build_model(const CheckpointModel& checkpoint, Device device,
+                           bool allow_extra_tensors) {
   nn::Sequential model = nn::make_model(checkpoint.spec, DType::kFloat32, device, 0);
   const std::string file = checkpoint.file.string();
+  std::set<std::string> used;
   auto load = [&](const std::string& name, Tensor& value) {
     const auto it = checkpoint.weights.find(name);
     MIRROR_CHECK(it != checkpoint.weights.end(), DataError,
                  file + " lacks tensor '" + name +
                      "' of its own model spec (the file is "
                      "incomplete)");
+    used.insert(name);
     MIRROR_CHECK(it->second.shape() == value.shape(), DataError,
                  file + ": tensor '" + name + "' is " + shape_str(it->second.shape()) +
                      " but the model spec needs " + shape_str(value.shape()));
+    const std::int64_t bad = train::first_non_finite(it->second);
+    MIRROR_CHECK(bad < 0, DataError,
+                 file + ": tensor '" + name + "' holds a NaN or infinity (element " +
+                     std::to_string(bad) +
+                     "); its predictions would be meaningless. mirror-train never writes such a "
+                     "checkpoint: this file was edited or corrupted after its checksum was made");
     if (it->second.dtype() == value.dtype()) {
       value.copy_from(it->second);
     } else {
@@ -102,6 +132,14 @@ nn::Sequential build_model(const CheckpointModel& checkpoint, Device device) {
   };
   for (nn::Parameter* p : model.parameters()) load(p->name, p->value);
   for (nn::Buffer* b : model.buffers()) load(b->name, b->value);
+  if (!allow_extra_tensors) {
+    for (const auto& [name, t] : checkpoint.weights) {
+      MIRROR_CHECK(used.count(name) != 0, DataError,
+                   file + " holds tensor '" + name +
+                       "', which its model spec does not have: the file does not match the "
+                       "model it records (pass --allow-extra-tensors to ignore such tensors)");
+    }
+  }
   return model;
 }
 

@@ -27,8 +27,10 @@ struct CheckpointModel {
 CheckpointModel load_checkpoint_model(const std::string& path);
 
 /// Builds the spec on `device` and loads the checkpoint's weights and moving statistics into it;
-/// DataError naming the tensor when one is missing or has another shape.
-nn::Sequential build_model(const CheckpointModel& checkpoint, Device device = Device::cpu());
+/// DataError naming the tensor when one is missing, has another shape or holds a NaN or
+/// infinity, and (unless `allow_extra_tensors`) when the file holds a tensor the spec lacks.
+nn::Sequential build_model(const CheckpointModel& checkpoint, Device device = Device::cpu(),
+                           bool allow_extra_tensors = false);
 
 /// What the model reads: one sample's shape, token ids or floats, and the vocabulary.
 struct InputSpec {

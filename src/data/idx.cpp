@@ -326,6 +326,12 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::st
   MIRROR_CHECK(fd >= 0, DataError, "cannot open " + path + ": " + std::strerror(errno) + advice);
   struct stat st {};
   const bool is_dir = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+  // A device (/dev/zero, /dev/urandom) never ends: reading it would fill memory before any check.
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    ::close(fd);
+    throw DataError(path + " is a " + (S_ISSOCK(st.st_mode) ? "socket" : "device") +
+                    ", not a data file; give a regular file (or a pipe)" + advice);
+  }
   std::vector<std::uint8_t> bytes;
   if (!is_dir && S_ISREG(st.st_mode)) bytes.reserve(static_cast<std::size_t>(st.st_size));
   int err = is_dir ? EISDIR : 0;

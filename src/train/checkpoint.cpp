@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 
@@ -40,6 +42,32 @@ std::int64_t step_of(const std::string& name) {
 }
 
 }  // namespace
+
+std::int64_t first_non_finite(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu());
+  const auto* bytes = static_cast<const unsigned char*>(h.raw_data());
+  for (std::int64_t i = 0; i < h.numel(); ++i) {
+    switch (h.dtype()) {
+      case DType::kFloat32:
+        if (!std::isfinite(h.data<float>()[i])) return i;
+        break;
+      case DType::kFloat64:
+        if (!std::isfinite(h.data<double>()[i])) return i;
+        break;
+      case DType::kFloat16:
+      case DType::kBFloat16: {  // exponent all ones: infinity or NaN
+        std::uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * i, 2);
+        const std::uint16_t exponent = h.dtype() == DType::kFloat16 ? 0x7C00 : 0x7F80;
+        if ((bits & exponent) == exponent) return i;
+        break;
+      }
+      default:
+        return -1;
+    }
+  }
+  return -1;
+}
 
 CheckpointManager::CheckpointManager(fs::path dir, int keep_last_k)
     : dir_(std::move(dir)), keep_last_k_(keep_last_k) {

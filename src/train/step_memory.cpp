@@ -63,32 +63,80 @@ StepMemory estimate_step_memory(nn::Sequential& model, const data::Dataset& trai
   return m;
 }
 
+namespace {
+
+constexpr std::uint64_t kCap = std::uint64_t{1} << 62;  // no overflow on absurd sizes
+
+std::uint64_t times(std::uint64_t a, std::uint64_t b) {
+  return b != 0 && a > kCap / b ? kCap : std::min(kCap, a * b);
+}
+
+/// A non-negative integer field, or the product of an array of them (a kernel [kh, kw]); 0
+/// when absent or not a number.
+std::uint64_t field(const nlohmann::json& l, const char* name) {
+  const auto it = l.find(name);
+  if (it == l.end()) return 0;
+  auto positive = [](const nlohmann::json& v) -> std::uint64_t {
+    if (!v.is_number_integer()) return 0;
+    const auto n = v.get<std::int64_t>();
+    return n > 0 ? static_cast<std::uint64_t>(n) : 0;
+  };
+  if (!it->is_array()) return positive(*it);
+  std::uint64_t n = 1;
+  for (const auto& v : *it) n = times(n, positive(v));
+  return it->empty() ? 0 : n;
+}
+
+/// The floor of one layer's parameters. `features` is a lower bound of the width of the
+/// layer's input's last axis (channels for images), which the layer updates for the next one.
+std::uint64_t layer_floor(const nlohmann::json& l, std::uint64_t& features) {
+  const std::string type = l.value("type", "");
+  const std::uint64_t in = std::max<std::uint64_t>(features, 1);
+  const std::uint64_t units = field(l, "units"), filters = field(l, "filters");
+  if (type == "dense") {
+    features = std::max<std::uint64_t>(units, 1);
+    return times(units, in);
+  }
+  if (type == "embedding") {
+    features = std::max<std::uint64_t>(field(l, "output_dim"), 1);
+    return times(field(l, "input_dim"), field(l, "output_dim"));
+  }
+  // A convolution has filters x kernel weights per input channel.
+  if (type == "conv2d" || type == "conv1d") {
+    features = std::max<std::uint64_t>(filters, 1);
+    return times(times(filters, std::max<std::uint64_t>(field(l, "kernel"), 1)), in);
+  }
+  // A recurrent layer's kernels: gates x units x (inputs + units).
+  if (type == "gru" || type == "lstm") {
+    features = std::max<std::uint64_t>(units, 1);
+    return times(type == "gru" ? 3 : 4, times(units, in + units));
+  }
+  if (type == "bidirectional" && l.contains("layer") && l["layer"].is_object()) {
+    std::uint64_t inner = features;
+    const std::uint64_t n = times(2, layer_floor(l["layer"], inner));
+    features = l.value("merge_mode", "concat") == "concat" ? times(2, inner) : inner;
+    return n;
+  }
+  // Layers that keep the last axis (or, flattening, keep at least its width).
+  static const char* const kKeep[] = {
+      "dropout",           "activation",        "batch_normalization", "layer_normalization",
+      "masking",           "flatten",           "zero_padding2d",      "maxpool2d",
+      "max_pooling2d",     "average_pooling2d", "maxpool1d",           "max_pooling1d",
+      "average_pooling1d", "global_average_pooling2d", "global_average_pooling1d",
+      "global_avgpool1d",  "global_maxpool1d",  "global_max_pooling1d"};
+  if (std::find(std::begin(kKeep), std::end(kKeep), type) == std::end(kKeep)) features = 1;
+  return 0;
+}
+
+}  // namespace
+
 std::uint64_t parameter_floor(const nlohmann::json& spec) {
   if (!spec.is_object() || !spec.contains("layers") || !spec["layers"].is_array()) return 0;
-  auto field = [](const nlohmann::json& l, const char* name) -> std::uint64_t {
-    const auto it = l.find(name);
-    if (it == l.end() || !it->is_number_integer()) return 0;
-    const auto v = it->get<std::int64_t>();
-    return v > 0 ? static_cast<std::uint64_t>(v) : 0;
-  };
   std::uint64_t floor = 0;
   std::uint64_t features = 1;  // a dense layer's inputs when the layer before is a dense
-  constexpr std::uint64_t kCap = std::uint64_t{1} << 62;  // no overflow on absurd sizes
   for (const nlohmann::json& l : spec["layers"]) {
-    const std::string type = l.value("type", "");
-    std::uint64_t n = 0;
-    if (type == "dense") {
-      const std::uint64_t units = field(l, "units");
-      n = units > kCap / std::max<std::uint64_t>(features, 1) ? kCap : units * features;
-      features = std::max<std::uint64_t>(units, 1);
-    } else if (type == "embedding") {
-      const std::uint64_t rows = field(l, "input_dim"), cols = field(l, "output_dim");
-      n = cols > 0 && rows > kCap / cols ? kCap : rows * cols;
-      features = 1;
-    } else if (type != "dropout" && type != "activation") {
-      features = 1;  // shapes change in ways this floor does not follow
-    }
-    floor = std::min(kCap, floor + n);
+    if (!l.is_object()) continue;
+    floor = std::min(kCap, floor + layer_floor(l, features));
   }
   return floor;
 }

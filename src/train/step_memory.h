@@ -41,9 +41,12 @@ StepMemory estimate_step_memory(nn::Sequential& model, const data::Dataset& trai
 
 /// Note [Parameter floor]: a layer of 10^9 units is built (and its host copy initialised) before
 /// the step estimate can run, and ends in std::bad_alloc. So before the model is built, a lower
-/// bound of its parameters is read from the bound spec's canonical layers (to_json()): every
-/// dense has at least `units` parameters per input feature (at least one), an embedding
-/// input_dim x output_dim. Other layers count 0, so the bound only refuses what cannot fit.
+/// bound of its parameters is read from the bound spec's canonical layers (to_json()): a dense
+/// has units x inputs, an embedding input_dim x output_dim, a convolution filters x kernel x
+/// input channels, a GRU 3 and an LSTM 4 x units x (inputs + units) (twice that in a
+/// Bidirectional), where the inputs are a lower bound followed through the layers that keep the
+/// last axis (1 where it is not known). Other layers count 0, so the bound only refuses what
+/// cannot fit.
 std::uint64_t parameter_floor(const nlohmann::json& spec);
 
 /// The parameters, gradients and optimizer slots of `parameters` float32 values for `replicas`

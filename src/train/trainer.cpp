@@ -408,9 +408,10 @@ void Trainer::Impl::check_parameter_memory() const {
   const int local = static_cast<int>(selection.devices.size());
   check_host_memory(parameter_memory(floor, local, optimizer_slots()),
                     "The model '" + model_name + "' has at least " + std::to_string(floor) +
-                        " parameters (its dense and embedding layers alone): make those layers "
-                        "smaller (dense units; an embedding's input_dim, which is the largest "
-                        "token id + 1 unless stated)");
+                        " parameters (its dense, embedding, convolution and recurrent layers alone): "
+                        "make those layers smaller (dense and recurrent units, convolution "
+                        "filters; an embedding's input_dim, which is the largest token id + 1 "
+                        "unless stated)");
 }
 
 void Trainer::Impl::check_host_memory(const StepMemory& need, const std::string& advice) const {

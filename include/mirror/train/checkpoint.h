@@ -62,6 +62,10 @@ std::string encode_safetensors(const NamedTensors& tensors, const Metadata& meta
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& what,
                                    const ReadOptions& options = {});
 
+/// Index of the first NaN or infinity of a floating tensor (any device), or -1 (also for
+/// integer tensors).
+std::int64_t first_non_finite(const Tensor& t);
+
 /// Safetensors dtype strings ("F32", "BF16", "I64", ...).
 const char* safetensors_dtype_name(DType dtype);
 /// Parses a safetensors dtype string; std::nullopt for one Mirror cannot hold.
