@@ -304,6 +304,24 @@ TEST(SpecGraph, KerasFunctionalJson) {
       shared["config"]["layers"][6]["inbound_nodes"][0]);
   EXPECT_THAT([&] { ModelSpec::from_json(shared, "f.json"); },
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("no shared layers")));
+  // An input that is not the model's InputLayer, and references to calls or outputs a layer
+  // does not have, are refused (they were once read as if they were right).
+  json ghost = model;
+  ghost["config"]["input_layers"] = {"ghost", 0, 0};
+  EXPECT_THAT([&] { ModelSpec::from_json(ghost, "f.json"); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr(
+                  "'config.input_layers': names 'ghost', which is not an InputLayer of the "
+                  "model (its InputLayer: 'input_layer')")));
+  json second_call = model;
+  second_call["config"]["layers"][6]["inbound_nodes"][0]["args"][0]["config"]["keras_history"] =
+      {"gap", 1, 0};
+  EXPECT_THAT([&] { ModelSpec::from_json(second_call, "f.json"); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("refers to call 1 of layer 'gap'")));
+  json second_output = model;
+  second_output["config"]["layers"][6]["inbound_nodes"][0]["args"][0]["config"]["keras_history"] =
+      {"gap", 0, 2};
+  EXPECT_THAT([&] { ModelSpec::from_json(second_output, "f.json"); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("refers to output 2 of layer 'gap'")));
 }
 
 TEST(SpecSoftmax, ALastSoftmaxIsFoldedIntoTheLoss) {

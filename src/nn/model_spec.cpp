@@ -326,6 +326,15 @@ void ModelSpecParser::keras_model(const json& j) {
     spec.name_ = config["name"].get<std::string>();
   }
   layers(config["layers"]);
+  if (functional &&
+      std::find(input_names.begin(), input_names.end(), input_layer_name) == input_names.end()) {
+    std::string known;
+    for (const std::string& n : input_names) known += (known.empty() ? "'" : ", '") + n + "'";
+    throw InvalidArgument(source + ", field 'config.input_layers': names '" + input_layer_name +
+                          "', which is not an InputLayer of the model (" +
+                          (known.empty() ? std::string("it has none") : "its InputLayer: " + known) +
+                          ")");
+  }
   if (config.contains("build_input_shape") && !config["build_input_shape"].is_null()) {
     state_input(config["build_input_shape"], true, "build_input_shape", [&](const std::string& m) {
       throw InvalidArgument(source + ", field 'config.build_input_shape': " + m);
@@ -347,7 +356,7 @@ void ModelSpecParser::functional_io(const json& config) {
     }
     return v[0].get<std::string>();
   };
-  one("input_layers");
+  input_layer_name = one("input_layers");
   output_name = one("output_layers");
 }
 

@@ -14,17 +14,33 @@ using nlohmann::json;
 
 namespace {
 
+/// A tensor reference [layer, node_index, tensor_index] (Keras 3's keras_history, Keras 2's
+/// inbound list): Mirror's layers are called once and have one output, so both indices must be
+/// 0 (absent counts as 0); anything else names a tensor the model does not have.
+void check_tensor_indices(const json& h, const std::string& where) {
+  for (std::size_t k = 1; k < 3 && k < h.size(); ++k) {
+    if (h[k].is_number_integer() && h[k].get<std::int64_t>() == 0) continue;
+    throw InvalidArgument(where + ", field 'inbound_nodes': " + h.dump().substr(0, 120) +
+                          " refers to " + (k == 1 ? "call " : "output ") + h[k].dump() +
+                          " of layer '" + h[0].get<std::string>() + "', which the model does not "
+                          "have (each layer is called once and has one output: [name, 0, 0])");
+  }
+}
+
 /// Collects the layer name of every "keras_history" (Keras 3) in `j`, in document order.
-void collect_history(const json& j, json& names) {
+void collect_history(const json& j, json& names, const std::string& where) {
   if (j.is_object()) {
     if (j.contains("keras_history")) {
       const json& h = j["keras_history"];
-      if (h.is_array() && !h.empty() && h[0].is_string()) names.push_back(h[0]);
+      if (h.is_array() && !h.empty() && h[0].is_string()) {
+        check_tensor_indices(h, where);
+        names.push_back(h[0]);
+      }
       return;
     }
-    for (const auto& item : j.items()) collect_history(item.value(), names);
+    for (const auto& item : j.items()) collect_history(item.value(), names, where);
   } else if (j.is_array()) {
-    for (const json& e : j) collect_history(e, names);
+    for (const json& e : j) collect_history(e, names, where);
   }
 }
 
@@ -43,10 +59,13 @@ json keras_inbound_names(const json& nodes, const std::string& where) {
   }
   const json& node = nodes[0];
   if (node.is_object()) {
-    collect_history(node, names);  // Keras 3: {"args": [...], "kwargs": {...}}
+    collect_history(node, names, where);  // Keras 3: {"args": [...], "kwargs": {...}}
   } else if (node.is_array()) {
     for (const json& t : node) {  // Keras 2: [["conv2d", 0, 0, {}], ...]
-      if (t.is_array() && !t.empty() && t[0].is_string()) names.push_back(t[0]);
+      if (t.is_array() && !t.empty() && t[0].is_string()) {
+        check_tensor_indices(t, where);
+        names.push_back(t[0]);
+      }
     }
   }
   if (names.empty()) {

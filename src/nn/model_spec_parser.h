@@ -24,6 +24,7 @@ struct ModelSpecParser {
   std::string data_format;  // of the image layers: "" (none yet), channels_first, channels_last
   std::vector<std::string> input_names;  // of InputLayers (a graph's model input)
   std::string output_name;               // a Keras functional model's output layer
+  std::string input_layer_name;          // and its input layer (config.input_layers)
 
   // ---- reading a model (model_spec.cpp)
   std::string where(std::size_t index, const std::string& type) const;
