@@ -80,7 +80,11 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
 // silently stayed scalar with branches (the LSTM op took 8 ms instead of 3.6 on AVX2). Measured
 // on one core here (LSTM op, forward + backward, N=64 T=28 F=28 H=64): AVX-512 3.3-3.6 ms, AVX2
 // 3.6 ms, baseline SSE2 5.1 ms; the previous loops (scalar, expf calls) 9-10 ms.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+// Sanitizer builds keep one version: the ifunc resolver runs while the dynamic loader relocates
+// libmirror, before the sanitizer's runtime is initialised, and its instrumented code crashed
+// the TSan build at start-up (scripts/build_sanitized.sh checks correctness, not speed).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define MIRROR_RNN_VECTOR_CLONES \
   __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
