@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Stop signals at random moments never corrupt a run. Each trial picks, at random (seeded):
 #   - a job: 2 ranks, 3 ranks, or one rank driving 2 in-process replicas (cpu:2);
-#   - a model: the row GRU or the TF-doc CNN (its 12.8 MB dense kernel is a bucket of its own);
+#   - a model: the row GRU, the TF-doc CNN (its 12.8 MB dense kernel is a bucket of its own) or
+#     the ResNet (BatchNorm whose moving statistics each replica updates from its own shard, so
+#     a stop at any step must checkpoint what every replica holds);
 #   - a launcher: plain mpirun or launch/mirrorrun;
 #   - a target: one rank, mpirun (SIGUSR1 only: a signalled mpirun SIGKILLs its ranks 1 s after
 #     any other signal, by Open MPI's design, see README) or mirrorrun;
@@ -13,7 +15,7 @@
 # end with the weights of the uninterrupted run of the same job (bit-exact).
 # Usage: stop_stress.sh <build dir> [trials]. STOP_STRESS_TRIALS (default 10) and
 # STOP_STRESS_SEED (default 1) also set them; STOP_STRESS_MODELS narrows the models (a TSan build
-# trains the CNN very slowly: STOP_STRESS_MODELS=gru-rows). A sanitizer build is tested by
+# trains the CNNs very slowly: STOP_STRESS_MODELS=gru-rows). A sanitizer build is tested by
 # passing its build dir (its reports fail the trial). Exit 77 = skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$1"
 e2e_need_mpirun
@@ -26,13 +28,12 @@ bad_signs='AddressSanitizer|ThreadSanitizer|LeakSanitizer|runtime error:|corrupt
 # job_args JOB MODEL: the mirror-train flags of a job, on one line (global batch a multiple of
 # its replicas).
 job_args() {
-  local devices=cpu data=(--model gru-rows --train-limit "$(samples_of "$2")")
+  local devices=cpu
   [ "$1" = cpu2 ] && devices=cpu:2
-  [ "$2" = cnn ] && data=(--model cnn --train-limit "$(samples_of "$2")")
-  echo "${data[*]} --data synthetic --test-limit 128 --batch-per-replica 16 --epochs 3" \
+  echo "--model $2 --train-limit $(samples_of "$2") --data synthetic --test-limit 128 --batch-per-replica 16 --epochs 3" \
     "--threads 1 --no-progress --seed 3 --comm-timeout 60 --devices $devices"
 }
-samples_of() { if [ "$1" = cnn ]; then echo 192; else echo 1536; fi; }
+samples_of() { if [ "$1" = gru-rows ]; then echo 1536; else echo 192; fi; }
 ranks_of() { case "$1" in np2) echo 2 ;; np3) echo 3 ;; cpu2) echo 1 ;; esac; }
 # launch LAUNCHER JOB ARGS...: the command line of a job.
 launch() {
@@ -70,7 +71,7 @@ handlers_in() {
 passed=0
 for t in $(seq 1 "$trials"); do
   job=$(pick np2 np3 cpu2)
-  model=$(pick ${STOP_STRESS_MODELS:-gru-rows cnn})
+  model=$(pick ${STOP_STRESS_MODELS:-gru-rows cnn resnet})
   launcher=$(pick mpirun mirrorrun)
   target=$(pick rank rank "$launcher")
   sig=$(pick TERM INT USR1)
