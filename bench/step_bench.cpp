@@ -8,18 +8,17 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
-#include <nlohmann/json.hpp>
 
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
 #include "mirror/ops.h"
 #include "mirror/optim/optimizer.h"
 #include "mirror/precision.h"
+#include "tools/bench_model.h"
 
 namespace {
 
@@ -43,62 +42,22 @@ struct Result {
   std::uint64_t steady_backend_allocs;
 };
 
-/// The bidirectional twins of gru-rows and lstm-rows (bench/step_torch.py builds the same):
-/// [28, 28] rows -> Bidirectional(GRU or LSTM, 64 units, last states, concat) -> Dense(10).
-/// Bench-only specs, so the built-in model list (and what mirror-train offers) is unchanged.
-nn::ModelSpec bench_spec(const std::string& name) {
-  const std::string cell = name == "bigru-rows" ? "gru" : "lstm";
-  nlohmann::json layer = {{"type", cell}, {"units", 64}, {"return_sequences", false}};
-  if (cell == "lstm") layer["unit_forget_bias"] = true;
-  const nlohmann::json spec = {
-      {"name", name},
-      {"layers",
-       {{{"type", "bidirectional"}, {"merge_mode", "concat"}, {"layer", layer}},
-        {{"type", "dense"}, {"activation", "linear"}}}}};
-  return nn::ModelSpec::from_json(spec, "step-bench " + name);
-}
-
-nn::Sequential make_bench_model(const std::string& name) {
-  if (name == "bigru-rows" || name == "bilstm-rows") {
-    nn::DataShape rows;
-    rows.sample_shape = {28, 28};
-    rows.outputs = 10;
-    return nn::make_model(bench_spec(name).bind(rows), DType::kFloat32, Device::cpu(), 1);
-  }
-  // The built-in image models by name: [1, 28, 28] images, or [28, 28] rows for *-rows.
-  return nn::make_model(name, DType::kFloat32, Device::cpu(), 1);
-}
-
-Result time_model(const std::string& name, int batch, int warmup, int steps) {
-  nn::Sequential model = make_bench_model(name);
-  // Synthetic data: uniform pixels and labels, fixed for every step (the data path is not
+Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps) {
+  nn::Sequential model = nn::make_model(bm.spec, DType::kFloat32, Device::cpu(), 1);
+  // Synthetic data shaped like the model's input, fixed for every step (the data path is not
   // part of what is measured).
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  Shape shape = model.input_shape();
-  shape.insert(shape.begin(), batch);
-  std::vector<float> x(static_cast<std::size_t>(shape_numel(shape)));
-  for (auto& v : x) v = pixel(rng);
-  std::vector<std::int32_t> labels(batch);
-  std::vector<std::int64_t> ids(batch);
-  for (int i = 0; i < batch; ++i) {
-    labels[i] = static_cast<std::int32_t>(rng() % 10);
-    ids[i] = i;
-  }
-  const Tensor inputs = Tensor::from_vector(x, shape);
-  const Tensor label_t = Tensor::from_vector(labels, {batch});
-  const Tensor weights = Tensor::from_vector(std::vector<float>(batch, 1.0f), {batch});
-  const Tensor sample_ids = Tensor::from_vector(ids, {batch});
+  const data::Batch b = bench::bench_batch(*bm.data, 0, 1, batch, 0);
   optim::Adam adam;
 
   auto step = [&] {
     nn::ForwardContext ctx;
     ctx.training = true;
     ctx.seed = static_cast<std::uint64_t>(adam.steps());
-    ctx.sample_ids = sample_ids;
+    ctx.sample_ids = b.sample_ids;
+    ctx.lengths = b.lengths;
     model.zero_grad();
-    const Tensor logits = model.forward(inputs, ctx);
-    const ops::LossResult r = ops::softmax_cross_entropy(logits, label_t, weights, batch);
+    const Tensor logits = model.forward(b.inputs, ctx);
+    const ops::LossResult r = ops::softmax_cross_entropy(logits, b.labels, b.weights, batch);
     model.backward(r.dlogits);
     adam.step(model.parameters(), 1e-3);
   };
@@ -121,14 +80,17 @@ Result time_model(const std::string& name, int batch, int warmup, int steps) {
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string models, precision = "float32";
+  std::string models, spec_file, precision = "float32";
   int batch = 64, warmup = 3, steps = 20, threads = 1;
   po::options_description opts(
       "step-bench: median time of one training step (forward, loss, backward, Adam)");
   opts.add_options()("help,h", "show this help")(
       "model", po::value(&models)->default_value("cnn,gru-rows"),
       "comma-separated: cnn, gru-rows, lstm-rows, bigru-rows, bilstm-rows, resnet, inception, "
-      "cnn-stride2")("batch", po::value(&batch)->default_value(64), "samples per step")(
+      "cnn-stride2")(
+      "model-spec", po::value(&spec_file),
+      "a model spec file (Mirror or Keras JSON) timed instead of --model, on synthetic data "
+      "shaped like its input")("batch", po::value(&batch)->default_value(64), "samples per step")(
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "steps", po::value(&steps)->default_value(20), "timed steps")(
       "threads", po::value(&threads)->default_value(1), "OpenMP / oneDNN threads")(
@@ -159,18 +121,21 @@ int main(int argc, char** argv) {
     if (!support.fallback.empty())
       std::fprintf(stderr, "step-bench: note: %s\n", support.fallback.c_str());
     const ScopedMathMode scoped(mode);
-    std::size_t start = 0;
-    while (start <= models.size()) {
+    std::vector<bench::BenchModel> list;
+    if (!spec_file.empty()) list.push_back(bench::bench_model("", spec_file, batch));
+    for (std::size_t start = 0; spec_file.empty() && start <= models.size();) {
       const std::size_t comma = std::min(models.find(',', start), models.size());
       const std::string name = models.substr(start, comma - start);
       start = comma + 1;
-      if (name.empty()) continue;
-      const Result r = time_model(name, batch, warmup, steps);
+      if (!name.empty()) list.push_back(bench::bench_model(name, "", batch));
+    }
+    for (const bench::BenchModel& m : list) {
+      const Result r = time_model(m, batch, warmup, steps);
       std::printf(
           "mirror %s %s batch=%d threads=%d: median %.2f ms/step (min %.2f, cpu %.2f ms/step, %d "
           "steps, %llu backend allocations while timed)\n",
-          name.c_str(), precision.c_str(), batch, threads, r.median_ms, r.min_ms, r.median_cpu_ms,
-          steps, static_cast<unsigned long long>(r.steady_backend_allocs));
+          m.label.c_str(), precision.c_str(), batch, threads, r.median_ms, r.min_ms,
+          r.median_cpu_ms, steps, static_cast<unsigned long long>(r.steady_backend_allocs));
       std::fflush(stdout);
     }
   } catch (const mirror::Error& e) {

@@ -97,6 +97,9 @@ int run_train(int argc, char** argv) {
   add("model", po::value(&o.model)->default_value(o.model),
       "cnn, cnn-stride2, resnet, inception or gru-rows, as in mirror-train (gru: an older name "
       "of gru-rows)");
+  add("model-spec", po::value(&o.model_spec),
+      "a model spec file (Mirror or Keras JSON) instead of --model, trained on synthetic data "
+      "shaped like its input");
   add("replicas", po::value(&replicas)->default_value(replicas), "replica counts, e.g. 1,2,4");
   add("steps", po::value(&o.steps)->default_value(o.steps), "timed steps per count");
   add("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first");

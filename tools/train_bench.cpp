@@ -23,7 +23,6 @@
 #include <thread>
 
 #include "mirror/data/batch.h"
-#include "mirror/data/synthetic.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
 #include "mirror/gpu.h"
@@ -31,6 +30,7 @@
 #include "mirror/nn/models.h"
 #include "mirror/optim/optimizer.h"
 #include "mirror/precision.h"
+#include "tools/bench_model.h"
 #include "tools/rank_gpu.h"
 
 extern char** environ;
@@ -40,13 +40,23 @@ namespace mirror::dist {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+/// The model's name in tables, rows and plots: the built-in name or the spec's name and file.
+std::string model_label(const TrainBenchOptions& o) {
+  return o.model_spec.empty() ? o.model : bench::bench_model("", o.model_spec).label;
+}
+}  // namespace
+
 void check_train_bench_options(const TrainBenchOptions& o) {
-  MIRROR_CHECK(o.model == "cnn" || o.model == "gru-rows" || o.model == "gru" ||
-                   o.model == "resnet" || o.model == "inception" || o.model == "cnn-stride2",
+  MIRROR_CHECK(!o.model_spec.empty() || o.model == "cnn" || o.model == "gru-rows" ||
+                   o.model == "gru" || o.model == "resnet" || o.model == "inception" ||
+                   o.model == "cnn-stride2",
                InvalidArgument,
                "--model must be cnn, cnn-stride2, resnet, inception or gru-rows (gru: the same "
                "model), got '" +
-                   o.model + "'");
+                   o.model + "'; --model-spec FILE benchmarks your own model");
+  // The parent reads the spec once, so a bad file is one message before any job starts.
+  if (!o.model_spec.empty()) bench::bench_model("", o.model_spec);
   MIRROR_CHECK(!o.replicas.empty(), InvalidArgument, "--replicas needs at least one count");
   for (int r : o.replicas) {
     MIRROR_CHECK(r >= 1 && r <= 1024, InvalidArgument,
@@ -82,34 +92,6 @@ namespace {
 
 constexpr int kDistinctBatches = 4;  // cycled, so data preparation is outside the timing
 
-/// This rank's batch of global step `step` (synthetic, seeded by sample index).
-data::Batch make_batch(const data::Dataset& ds, int rank, int world, std::int64_t per,
-                       std::int64_t step) {
-  const Shape sample = ds.sample_shape();
-  Shape shape = {per};
-  shape.insert(shape.end(), sample.begin(), sample.end());
-  const std::int64_t numel = shape_numel(sample);
-  std::vector<float> inputs(static_cast<std::size_t>(per * numel));
-  std::vector<std::int32_t> labels;
-  std::vector<float> weights(static_cast<std::size_t>(per), 1.0f);
-  std::vector<std::int64_t> ids;
-  data::Batch b;
-  for (std::int64_t i = 0; i < per; ++i) {
-    const std::int64_t index = ((step * world + rank) * per + i) % ds.size();
-    ds.decode_float(index, inputs.data() + i * numel);
-    labels.push_back(ds.label(index));
-    ids.push_back(index);
-    if (ds.is_sequence()) b.lengths.push_back(ds.length(index));
-  }
-  b.inputs = Tensor::from_vector(inputs, shape);
-  b.labels = Tensor::from_vector(labels, {per});
-  b.weights = Tensor::from_vector(weights, {per});
-  b.sample_ids = Tensor::from_vector(ids, {per});
-  b.global_count = per * world;
-  b.step = step;
-  return b;
-}
-
 nlohmann::json bucket_timings_json(const TrainBenchRow& r) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& b : r.bucket_timings)
@@ -118,7 +100,7 @@ nlohmann::json bucket_timings_json(const TrainBenchRow& r) {
 }
 
 nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
-  return {{"model", o.model},
+  return {{"model", model_label(o)},
           {"replicas", r.replicas},
           {"batch_per_replica", o.batch_per_replica},
           {"threads_per_rank", o.threads},
@@ -178,8 +160,8 @@ std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBe
   so.precision = parse_precision(o.precision);
   so.divergence_check_every = 0;  // checked once at the end, outside the timing
   so.seed = 1;
-  const std::string name = o.model == "gru" ? "gru-rows" : o.model;
-  ModelFactory model = [name](Device d) { return nn::make_model(name, DType::kFloat32, d, 7); };
+  const nn::ModelSpec spec = bench::bench_model(o.model, o.model_spec).spec;
+  ModelFactory model = [spec](Device d) { return nn::make_model(spec, DType::kFloat32, d, 7); };
   OptimizerFactory adam = [] { return std::make_unique<optim::Adam>(); };
   const std::vector<Device> devices = {device};
   if (o.independent) return std::make_unique<MirroredStrategy>(devices, model, adam, so);
@@ -189,11 +171,11 @@ std::unique_ptr<MirroredStrategy> make_bench_strategy(Runtime& rt, const TrainBe
 std::vector<data::Batch> make_pool(const TrainBenchOptions& o, int rank, int world) {
   const std::int64_t per = o.batch_per_replica;
   const std::int64_t size = std::max<std::int64_t>(per * world * kDistinctBatches, 1024);
-  const std::shared_ptr<data::Dataset> ds = o.model == "gru-rows" || o.model == "gru"
-                                                ? data::Synthetic::rows(size, 11)
-                                                : data::Synthetic::images(size, 11);
+  const std::shared_ptr<data::Dataset> ds = bench::bench_model(o.model, o.model_spec, size).data;
   std::vector<data::Batch> pool;
-  for (int k = 0; k < kDistinctBatches; ++k) pool.push_back(make_batch(*ds, rank, world, per, k));
+  for (int k = 0; k < kDistinctBatches; ++k) {
+    pool.push_back(bench::bench_batch(*ds, rank, world, per, k));
+  }
   return pool;
 }
 
@@ -292,6 +274,8 @@ std::vector<std::string> train_bench_worker_args(const TrainBenchOptions& o,
                                    result_path,
                                    "--model",
                                    o.model,
+                                   "--model-spec",
+                                   o.model_spec,
                                    "--steps",
                                    std::to_string(o.steps),
                                    "--warmup",
@@ -411,7 +395,7 @@ TrainBenchRow row_from_json(const nlohmann::json& j) {
 
 void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions& o,
                  std::ostream& out) {
-  out << "mirror-bench train: model " << o.model << " on " << o.devices << ", batch "
+  out << "mirror-bench train: model " << model_label(o) << " on " << o.devices << ", batch "
       << o.batch_per_replica << " per replica, " << o.threads << " thread(s) per rank, " << o.steps
       << " steps (+" << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
       << (o.overlap ? "on" : "off") << ", compression " << o.compression << ", precision "
@@ -561,7 +545,7 @@ std::string train_bench_gnuplot(const TrainBenchOptions& o, const std::string& p
   // clipped and a small gap between curves does not look like a large one.
   g << "set terminal png size 900,800\n"
     << "set output '" << png << "'\n"
-    << "set multiplot layout 2,1 title \"mirror-bench train: " << o.model << " on " << o.devices
+    << "set multiplot layout 2,1 title \"mirror-bench train: " << model_label(o) << " on " << o.devices
     << ", batch " << o.batch_per_replica << " per replica, " << o.threads
     << " thread(s) per rank\\n"
     << o.steps << " steps (+" << o.warmup << " warm-up), best of " << o.rounds << ", overlap "

@@ -18,6 +18,8 @@ struct TrainBenchOptions {
   /// "cnn" (TF-tutorial CNN) or "gru-rows" (GRU over image rows; "gru" is an alias), the names
   /// mirror-train uses.
   std::string model = "cnn";
+  /// A model spec file (Mirror or Keras JSON) instead of `model` (tools/bench_model.h).
+  std::string model_spec;
   std::vector<int> replicas = {1, 2};
   int steps = 20;  // timed steps per replica count
   int warmup = 3;  // untimed steps first (allocator cache, oneDNN primitives)

@@ -51,4 +51,20 @@ python3 -c 'import json, sys; rows = json.load(open(sys.argv[1])); assert [r["pr
   fail "fp16 rows"
 if "$bench" train --precision fp8 2>"$work/badp.txt"; then fail "--precision fp8 was accepted"; fi
 grep -q -- "--precision: " "$work/badp.txt" || fail "bad --precision message: $(cat "$work/badp.txt")"
+# --model-spec: the user's own model (a Keras functional JSON here) is what the workers train;
+# the table and the rows name it; a spec that cannot be read is refused before any job starts.
+spec="$(cd "$(dirname "${BASH_SOURCE[0]}")/../data/keras" && pwd)/residual.keras.json"
+"$bench" train --model-spec "$spec" --replicas 1,2 --steps 2 --warmup 1 --rounds 1 \
+  --batch-per-replica 4 --json "$work/spec.json" >"$work/spec.txt" ||
+  fail "--model-spec: $(tail -3 "$work/spec.txt")"
+grep -q "model residual ($spec)" "$work/spec.txt" || fail "the table does not name the spec: $(head -3 "$work/spec.txt")"
+python3 -c 'import json, sys; rows = json.load(open(sys.argv[1])); assert [r["model"].split()[0] for r in rows] == ["residual"] * 2 and all(r["replicas_identical"] for r in rows), rows' "$work/spec.json" ||
+  fail "spec rows"
+echo '{"layers": [{"type": "dense", "units": -3}]}' >"$work/bad-spec.json"
+if "$bench" train --model-spec "$work/bad-spec.json" 2>"$work/bads.txt"; then fail "a bad spec was accepted"; fi
+grep -q "bad-spec.json" "$work/bads.txt" || fail "bad spec message: $(cat "$work/bads.txt")"
+# step-bench times the same spec (and says what it timed).
+"$build/bin/step-bench" --model-spec "$spec" --steps 1 --warmup 0 --batch 4 >"$work/step.txt" ||
+  fail "step-bench --model-spec: $(cat "$work/step.txt")"
+grep -q "^mirror residual ($spec) float32 batch=4" "$work/step.txt" || fail "step-bench line: $(cat "$work/step.txt")"
 echo "PASS"
