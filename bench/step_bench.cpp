@@ -42,13 +42,45 @@ struct Result {
   std::uint64_t steady_backend_allocs;
 };
 
-Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps) {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Where the step's time goes: per-layer forward and backward (Sequential::set_layer_times),
+/// the loss and the optimizer, in ms per step averaged over `steps` more steps, with each row's
+/// share of their sum; the last line compares that sum with the timed steps' median.
+void print_profile(nn::Sequential& model, const std::string& label, double loss_ms,
+                   double optimizer_ms, const nn::LayerTimes& t, int steps, double median_ms) {
+  std::printf("profile %s (ms per step, mean of %d steps)\n", label.c_str(), steps);
+  std::printf("%-28s %-26s %-16s %9s %9s %9s %7s\n", "layer", "kind", "output", "forward",
+              "backward", "total", "share");
+  const double per = 1.0 / steps;
+  double sum = loss_ms + optimizer_ms;
+  for (std::size_t i = 0; i < model.layers().size(); ++i)
+    sum += (t.forward_ms[i] + t.backward_ms[i]) * per;
+  auto row = [&](const std::string& name, const std::string& kind, const std::string& out,
+                 double f, double b) {
+    std::printf("%-28s %-26s %-16s %9.3f %9.3f %9.3f %6.1f%%\n", name.c_str(), kind.c_str(),
+                out.c_str(), f, b, f + b, 100.0 * (f + b) / sum);
+  };
+  for (std::size_t i = 0; i < model.layers().size(); ++i) {
+    const nn::Layer& l = *model.layers()[i];
+    row(l.name(), l.kind(), shape_str(model.layer_output_shapes()[i]), t.forward_ms[i] * per,
+        t.backward_ms[i] * per);
+  }
+  row("loss", "softmax_cross_entropy", "", loss_ms, 0.0);
+  row("optimizer", "adam", "", 0.0, optimizer_ms);
+  std::printf("sum of the rows %.3f ms; the timed steps' median %.3f ms\n", sum, median_ms);
+}
+
+Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps, bool profile) {
   nn::Sequential model = nn::make_model(bm.spec, DType::kFloat32, Device::cpu(), 1);
   // Synthetic data shaped like the model's input, fixed for every step (the data path is not
   // part of what is measured).
   const data::Batch b = bench::bench_batch(*bm.data, 0, 1, batch, 0);
   optim::Adam adam;
 
+  double loss_ms = 0, optimizer_ms = 0;  // summed over the profiled steps
   auto step = [&] {
     nn::ForwardContext ctx;
     ctx.training = true;
@@ -57,9 +89,13 @@ Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps)
     ctx.lengths = b.lengths;
     model.zero_grad();
     const Tensor logits = model.forward(b.inputs, ctx);
+    auto t0 = std::chrono::steady_clock::now();
     const ops::LossResult r = ops::softmax_cross_entropy(logits, b.labels, b.weights, batch);
+    loss_ms += ms_since(t0);
     model.backward(r.dlogits);
+    t0 = std::chrono::steady_clock::now();
     adam.step(model.parameters(), 1e-3);
+    optimizer_ms += ms_since(t0);
   };
   for (int i = 0; i < warmup; ++i) step();
   const auto allocs = allocator_for(Device::cpu()).stats().backend_allocs;
@@ -72,8 +108,18 @@ Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps)
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     cpu.push_back(cpu_ms() - c0);
   }
-  return {median(ms), *std::min_element(ms.begin(), ms.end()), median(cpu),
-          allocator_for(Device::cpu()).stats().backend_allocs - allocs};
+  const Result result{median(ms), *std::min_element(ms.begin(), ms.end()), median(cpu),
+                      allocator_for(Device::cpu()).stats().backend_allocs - allocs};
+  if (profile) {
+    nn::LayerTimes times;
+    model.set_layer_times(&times);
+    loss_ms = optimizer_ms = 0;
+    for (int i = 0; i < steps; ++i) step();
+    model.set_layer_times(nullptr);
+    print_profile(model, bm.label, loss_ms / steps, optimizer_ms / steps, times, steps,
+                  result.median_ms);
+  }
+  return result;
 }
 
 }  // namespace
@@ -82,6 +128,7 @@ int main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::string models, spec_file, precision = "float32";
   int batch = 64, warmup = 3, steps = 20, threads = 1;
+  bool profile = false;
   po::options_description opts(
       "step-bench: median time of one training step (forward, loss, backward, Adam)");
   opts.add_options()("help,h", "show this help")(
@@ -94,6 +141,8 @@ int main(int argc, char** argv) {
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "steps", po::value(&steps)->default_value(20), "timed steps")(
       "threads", po::value(&threads)->default_value(1), "OpenMP / oneDNN threads")(
+      "profile", po::bool_switch(&profile),
+      "then time --steps more steps layer by layer and print where the time goes")(
       "precision", po::value(&precision)->default_value(precision),
       "float32 | mixed_bfloat16 | mixed_float16 (the math mode of the products; no loss scaling)");
   po::variables_map vm;
@@ -130,7 +179,7 @@ int main(int argc, char** argv) {
       if (!name.empty()) list.push_back(bench::bench_model(name, "", batch));
     }
     for (const bench::BenchModel& m : list) {
-      const Result r = time_model(m, batch, warmup, steps);
+      const Result r = time_model(m, batch, warmup, steps, profile);
       std::printf(
           "mirror %s %s batch=%d threads=%d: median %.2f ms/step (min %.2f, cpu %.2f ms/step, %d "
           "steps, %llu backend allocations while timed)\n",

@@ -2,12 +2,19 @@
 // summary, config; MergeLayer's single-input entry points.
 #include "mirror/nn/sequential.h"
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 
 #include "mirror/ops.h"
 
 namespace mirror::nn {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
 
 // ---------------------------------------------------------------- MergeLayer
 
@@ -115,6 +122,7 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
   MIRROR_CHECK(built_, InvalidArgument, "Sequential::forward before build(input_shape, seed)");
   const std::size_t n = layers_.size();
   outputs_.assign(n, Tensor{});
+  if (times_) prepare_times();
   std::vector<Tensor> xs;
   for (std::size_t i = 0; i < n; ++i) {
     xs.clear();
@@ -122,7 +130,9 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
       xs.push_back(in == kModelInput ? x : outputs_[static_cast<std::size_t>(in)]);
     }
     auto* merge = dynamic_cast<MergeLayer*>(layers_[i].get());
+    const auto start = std::chrono::steady_clock::now();
     outputs_[i] = merge ? merge->forward_inputs(xs, ctx) : layers_[i]->forward(xs[0], ctx);
+    if (times_) times_->forward_ms[i] += ms_since(start);
     // An output no later layer reads is dropped now (the layers keep what backward needs).
     for (int in : inputs_[i]) {
       if (in != kModelInput && last_reader_[static_cast<std::size_t>(in)] == static_cast<int>(i)) {
@@ -132,7 +142,13 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
   }
   Tensor y = std::move(outputs_.back());
   outputs_.back() = Tensor{};
+  if (times_) ++times_->forwards;
   return y;
+}
+
+void Sequential::prepare_times() {
+  times_->forward_ms.resize(layers_.size(), 0.0);
+  times_->backward_ms.resize(layers_.size(), 0.0);
 }
 
 void Sequential::accumulate_grad(int index, const Tensor& g) {
@@ -156,6 +172,7 @@ void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) 
   grads_.assign(n, Tensor{});
   grad_owned_.assign(n, false);
   grads_[n - 1] = dlogits;
+  if (times_) prepare_times();
   for (std::size_t i = n; i-- > 0;) {
     Layer& layer = *layers_[i];
     // Every reader of layer i comes later, so its gradient is complete here.
@@ -169,12 +186,14 @@ void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) 
                        "it does not propagate one");
       continue;
     }
+    const auto start = std::chrono::steady_clock::now();
     if (auto* merge = dynamic_cast<MergeLayer*>(&layer)) {
       const std::vector<Tensor> dxs = merge->backward_inputs(dy);
       for (std::size_t k = 0; k < inputs_[i].size(); ++k) accumulate_grad(inputs_[i][k], dxs[k]);
     } else {
       accumulate_grad(inputs_[i][0], layer.backward(dy));
     }
+    if (times_) times_->backward_ms[i] += ms_since(start);
     // Note [Gradient-ready hook]: once a layer's backward returns, no later (lower) layer
     // touches its gradients, so a bucket holding them may start its all-reduce now.
     if (on_ready) {
@@ -182,6 +201,7 @@ void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) 
       if (!params.empty()) on_ready(params);
     }
   }
+  if (times_) ++times_->backwards;
 }
 
 std::vector<Parameter*> Sequential::parameters() {

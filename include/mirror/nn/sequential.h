@@ -13,6 +13,14 @@
 
 namespace mirror::nn {
 
+/// Per-layer wall time of forward and backward, in ms summed over the calls made while it is
+/// attached (Sequential::set_layer_times): the profile of step-bench --profile. A backend that
+/// runs asynchronously (CUDA) is timed up to its launch, not its completion.
+struct LayerTimes {
+  std::vector<double> forward_ms, backward_ms;  // per layer, in layer order
+  int forwards = 0, backwards = 0;              // calls timed
+};
+
 class Sequential {
  public:
   Sequential() = default;
@@ -71,9 +79,12 @@ class Sequential {
   nlohmann::json config() const;
   /// Keras-like table: layer, output shape, parameter count.
   std::string summary();
+  /// Times every layer's forward and backward into `times` (null: no timing, the default).
+  void set_layer_times(LayerTimes* times) { times_ = times; }
 
  private:
   void accumulate_grad(int index, const Tensor& g);
+  void prepare_times();  // sizes times_ to the layers
 
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::vector<int>> inputs_;  // per layer (Note [Model graph])
@@ -86,6 +97,7 @@ class Sequential {
   DType dtype_ = DType::kFloat32;
   Device device_ = Device::cpu();
   bool built_ = false;
+  LayerTimes* times_ = nullptr;
 };
 
 }  // namespace mirror::nn
