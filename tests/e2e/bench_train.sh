@@ -67,4 +67,13 @@ grep -q "bad-spec.json" "$work/bads.txt" || fail "bad spec message: $(cat "$work
 "$build/bin/step-bench" --model-spec "$spec" --steps 1 --warmup 0 --batch 4 >"$work/step.txt" ||
   fail "step-bench --model-spec: $(cat "$work/step.txt")"
 grep -q "^mirror residual ($spec) float32 batch=4" "$work/step.txt" || fail "step-bench line: $(cat "$work/step.txt")"
+# step-bench --profile: one row per layer of the model (the CNN's eight), the loss, the optimizer
+# and the line comparing their sum with the timed median.
+"$build/bin/step-bench" --model cnn --steps 1 --warmup 0 --batch 4 --profile >"$work/profile.txt" ||
+  fail "step-bench --profile: $(cat "$work/profile.txt")"
+for row in conv2d_1 max_pooling2d_1 conv2d_2 max_pooling2d_2 flatten_1 dense_1 dropout_1 dense_2 loss optimizer; do
+  grep -q "^$row " "$work/profile.txt" || fail "the profile has no row $row: $(cat "$work/profile.txt")"
+done
+grep -q "^sum of the rows [0-9.]* ms; the timed steps' median [0-9.]* ms" "$work/profile.txt" ||
+  fail "the profile has no sum line"
 echo "PASS"
