@@ -114,7 +114,7 @@ class OpScope {
 
  private:
   DeviceContext& ctx_;
-  std::lock_guard<std::recursive_mutex> lock_;
+  std::lock_guard<DeviceMutex> lock_;
 };
 
 /// Typed device pointer of a float32 tensor; other dtypes throw InvalidArgument naming the op
