@@ -373,6 +373,8 @@ share_args=(--data synthetic --train-limit 2048 --test-limit 256 --batch-size 64
 if [ -n "$nccl_loaded" ] && ! older "$nccl_loaded" 2.30.0; then
   step share-nccl-resnet-syncbn gpu 150 env NCCL_MULTI_RANK_GPU_ENABLE=1 mpirun -np 2 --bind-to none \
     mirror-train --model resnet --sync-batchnorm --comm nccl "${share_args[@]}" --log-jsonl "$logs/share-nccl.jsonl"
+elif ((!gpu)); then
+  mark share-nccl-resnet-syncbn SKIP "needs a GPU: none usable here (why: the GPU line above)"
 else
   mark share-nccl-resnet-syncbn SKIP "the loaded NCCL ${nccl_loaded:-(unknown)} refuses two ranks on one GPU (2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 accepts it): --comm mpi below"
 fi
