@@ -1,5 +1,5 @@
 // defines: gpu_sharing_advice, what to tell a user whose NCCL communicators could not be created,
-// when the cause may be several ranks on one GPU (Note [Replicas sharing a GPU], docs/gpu-kit.md).
+// when the cause may be several ranks on one GPU (docs/gpu-kit.md, "Two replicas on one GPU").
 #pragma once
 
 #include <string>

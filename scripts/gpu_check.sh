@@ -9,8 +9,8 @@
 # cuBLAS and the CUDA runtime in python3's nvidia/* wheels or the CUDA toolkit. Then the stages,
 # in order of value, each step logged: (1) smoke: mirror-doctor, the kit's Open MPI and oneDNN on
 # the CPU, one training step on the GPU; (2) numerics: the gpu test binaries (CUDA vs the CPU
-# oracle) and short trainings; (3) two replicas sharing the one GPU (Note [Replicas sharing a
-# GPU] in docs/gpu-kit.md): over NCCL when the loaded NCCL is 2.30 or newer
+# oracle) and short trainings; (3) two replicas sharing the one GPU (docs/gpu-kit.md, "Two
+# replicas on one GPU"): over NCCL when the loaded NCCL is 2.30 or newer
 # (NCCL_MULTI_RANK_GPU_ENABLE=1), over MPI with pinned host staging (--comm mpi) always, with
 # sync BN, buckets, overlap and compression, and a peer killed mid-run (the watchdog and
 # teardown); (4) benchmarks: mirror-bench allreduce and train, PyTorch's step time on the same
@@ -365,7 +365,7 @@ step gpu-train-cnn gpu 150 mirror-train --model cnn --devices gpu --require-gpu 
 step gpu-train-gru-rows gpu 150 mirror-train --model gru-rows --devices gpu --require-gpu "${train_args[@]}" --log-jsonl "$logs/train-gru-rows.jsonl"
 
 # ---------------------------------------------------------------- 3. two replicas on the one GPU
-# Note [Replicas sharing a GPU] (docs/gpu-kit.md): every multi-replica path (the strategy, sync
+# docs/gpu-kit.md, "Two replicas on one GPU": every multi-replica path (the strategy, sync
 # BN, buckets, overlap, compression, the watchdog and teardown) runs with 2 ranks on one GPU.
 say "== 3. two replicas sharing the GPU"
 share_args=(--data synthetic --train-limit 2048 --test-limit 256 --batch-size 64 --max-steps 24 --no-progress

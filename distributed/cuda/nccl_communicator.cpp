@@ -61,7 +61,7 @@ std::string quoted(const char* op, const std::string& tag) {
 
 std::string describe(const NcclState& s) {
   return "cuda:" + std::to_string(s.device) + " (replica " + std::to_string(s.rank) + " of " +
-         std::to_string(s.size) + ")";
+         std::to_string(s.size) + (s.express ? ", express lane" : "") + ")";
 }
 
 /// The gates of `members`, for take_all.
@@ -73,6 +73,11 @@ std::vector<dist::detail::CommGate<ncclComm_t>*> gates_of(
 }
 
 }  // namespace
+
+cudaStream_t lane_stream(const NcclState& s) {
+  DeviceContext& ctx = context(s.device);
+  return s.express ? ctx.express() : ctx.comm();
+}
 
 void abort_comms(const std::vector<ncclComm_t>& comms) noexcept {
   NcclTeardownOps ops;
@@ -218,7 +223,7 @@ NcclWork::~NcclWork() {
 }
 
 void NcclWork::record() {
-  MIRROR_CUDA_CHECK(cudaEventRecord(*done_, context(state_->device).comm()));
+  MIRROR_CUDA_CHECK(cudaEventRecord(*done_, lane_stream(*state_)));
   recorded_ = true;
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->outstanding.push_back({done_, Clock::now() + timeout_, what_});
@@ -228,7 +233,7 @@ void NcclWork::abort_comms(const std::string& why) { state_->abort(why); }
 
 std::string NcclWork::record_after_abort() noexcept {
   try {
-    const cudaError_t status = cudaEventRecord(*done_, context(state_->device).comm());
+    const cudaError_t status = cudaEventRecord(*done_, lane_stream(*state_));
     (void)cudaGetLastError();
     recorded_ = status == cudaSuccess;
     return recorded_ ? "" : std::string("cudaEventRecord: ") + cudaGetErrorString(status);
@@ -305,12 +310,19 @@ void NcclWork::wait_host(std::chrono::milliseconds timeout) {
 }
 
 // ---------------------------------------------------------------- NcclCommunicator
-NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int index)
+NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int index, int express)
     : clique_(std::move(clique)), state_(clique_->members.at(static_cast<std::size_t>(index))) {
   use_device(state_->device);
   ready_ = make_event();
   barrier_buf_ = Tensor::zeros({1}, DType::kFloat32, Device::cuda(state_->device));
+  if (express >= 0) express_ = std::make_unique<NcclCommunicator>(clique_, express);
   watchdog_ = std::thread([this] { watchdog(); });
+}
+
+dist::Communicator& NcclCommunicator::express() {
+  if (!express_) return *this;
+  express_->set_timeout(timeout());  // one timeout for both lanes (set by the owner thread)
+  return *express_;
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -320,6 +332,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   stop_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  express_.reset();
   // The last communicator of the clique finalizes and destroys them all together
   // (~NcclClique, Note [NCCL clique]); destroying one alone would hang in finalize.
   clique_.reset();
@@ -345,9 +358,10 @@ std::shared_ptr<NcclWork> NcclCommunicator::launch(const char* op, const std::st
       throw CommError("NCCL " + quoted(op, tag) + " on a communicator that was torn down");
     }
     // The collective sees every kernel queued on the compute stream before this call.
+    const cudaStream_t stream = lane_stream(*state_);
     MIRROR_CUDA_CHECK(cudaEventRecord(ready_, ctx.compute()));
-    MIRROR_CUDA_CHECK(cudaStreamWaitEvent(ctx.comm(), ready_, 0));
-    r = call(comm, ctx.comm());
+    MIRROR_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));
+    r = call(comm, stream);
     if (grouped) nccl_group_hold(*state_, std::move(gate));
   }
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -438,9 +452,10 @@ void NcclCommunicator::settle() {
     }
     if (!why.empty()) state_->abort(why);
     state_->throw_if_failed();
-    if (idle) return;
+    if (idle) break;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  if (express_) express().settle();
 }
 
 void NcclCommunicator::watchdog() {

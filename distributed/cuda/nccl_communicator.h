@@ -24,8 +24,15 @@
 // abort never frees a communicator another thread is inside a call on (Note [Comm gate],
 // distributed/comm_gate.h).
 //
+// Note [NCCL express lane]: synchronized BatchNorm's sums are small and a replica needs them at
+// once, while the gradient buckets launched before them may still be running; on the same
+// communicator and stream they would wait for every one of them. So each replica also has an
+// express communicator (ncclCommSplit of its main one, same ranks) on the device's express
+// stream: Communicator::express(). Both lanes see the collectives in the same host order on
+// every rank, which keeps two communicators on one GPU deadlock-free.
+//
 // Note [NCCL clique]: the communicators one make_nccl_communicators call creates (one per local
-// GPU, driven by one host thread) form a clique, NcclClique. They are aborted together, in one
+// GPU and lane, driven by one host thread) form a clique, NcclClique. They are aborted together, in one
 // ncclGroupStart/End: a stalled collective aborted on one of them would otherwise hang its
 // siblings; and they are finalized and destroyed together when the last of them is destroyed,
 // since finalize is an intra-node collective that one thread can only make for all its ranks in
@@ -56,6 +63,7 @@ struct NcclState {
   dist::detail::CommGate<ncclComm_t> gate;  // the comm and the lock of every NCCL call on it
   int device = 0, rank = 0, size = 0;
   int index = 0;                     // position in the clique
+  bool express = false;              // the express lane's communicator (its own stream)
   std::weak_ptr<NcclClique> clique;  // expires when its last communicator is destroyed
   std::mutex mutex;                  // guards everything below; taken after gate.calls()
   bool failed = false;
@@ -132,8 +140,9 @@ class NcclWork final : public dist::Work {
 
 class NcclCommunicator final : public dist::Communicator {
  public:
-  /// Drives member `index` of `clique` (whose NcclState holds an initialised ncclComm_t).
-  NcclCommunicator(std::shared_ptr<NcclClique> clique, int index);
+  /// Drives member `index` of `clique` (whose NcclState holds an initialised ncclComm_t), with
+  /// member `express` as its express lane (-1: none; Note [NCCL express lane]).
+  NcclCommunicator(std::shared_ptr<NcclClique> clique, int index, int express = -1);
   ~NcclCommunicator() override;
 
   int rank() const override { return state_->rank; }
@@ -150,6 +159,8 @@ class NcclCommunicator final : public dist::Communicator {
   /// and aborting at the timeout; throws CommError if this communicator failed or was aborted,
   /// also after a Work::wait() had returned (Note [NCCL watchdog]).
   void settle() override;
+  /// Note [NCCL express lane]; *this when it has none.
+  Communicator& express() override;
 
  private:
   template <class Call>
@@ -165,6 +176,10 @@ class NcclCommunicator final : public dist::Communicator {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread watchdog_;
+  std::unique_ptr<NcclCommunicator> express_;
 };
+
+/// The stream `s`'s collectives run on: the device's comm() or express() stream.
+cudaStream_t lane_stream(const NcclState& s);
 
 }  // namespace mirror::cuda

@@ -182,6 +182,37 @@ std::string init_comms(const std::vector<Device>& devices, const NcclBootstrap& 
   return error;
 }
 
+/// Note [NCCL express lane]: one more communicator per device, split off its main one (same
+/// ranks, inherits the non-blocking configuration), waited for like the main ones; "" or what
+/// failed, with `express` holding whatever NCCL handed out (for the abort).
+std::string split_express(const std::vector<Device>& devices, const NcclBootstrap& boot,
+                          const std::vector<ncclComm_t>& comms, std::vector<ncclComm_t>& express) {
+  MIRROR_NCCL_CHECK(ncclGroupStart());  // one thread, several ranks: split them together
+  std::string error;
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    cuda::use_device(devices[i].index);
+    const ncclResult_t r = ncclCommSplit(comms[i], 0, boot.first_rank + static_cast<int>(i),
+                                         &express[i], nullptr);
+    if (error.empty() && r != ncclSuccess && r != ncclInProgress) {
+      error = "ncclCommSplit: " + cuda::nccl_failure(r);
+    }
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (error.empty() && end != ncclSuccess && end != ncclInProgress) {
+    error = "ncclGroupEnd after ncclCommSplit: " + cuda::nccl_failure(end);
+  }
+  const auto deadline = Clock::now() + boot.timeout;
+  for (std::size_t i = 0; i < comms.size() && error.empty(); ++i) {
+    for (ncclComm_t c : {comms[i], express[i]}) {  // a split is in progress on both
+      if (!error.empty() || c == nullptr) continue;
+      detail::CommGate<ncclComm_t> gate(c);
+      cuda::NcclGateOps ops;
+      error = detail::settle_call(gate, ops, deadline, "splitting off the express lane");
+    }
+  }
+  return error;
+}
+
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
     const std::vector<Device>& devices, const NcclBootstrap& boot) {
   check_devices(devices, boot);
@@ -190,10 +221,13 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
   ncclUniqueId id{};
   if (boot.first_rank == 0) MIRROR_NCCL_CHECK(ncclGetUniqueId(&id));
   if (boot.broadcast_from_root) boot.broadcast_from_root(&id, sizeof id);
-  std::vector<ncclComm_t> comms(devices.size(), nullptr);
-  const std::string error = init_comms(devices, boot, id, comms);
+  std::vector<ncclComm_t> comms(devices.size(), nullptr), express(devices.size(), nullptr);
+  std::string error = init_comms(devices, boot, id, comms);
+  if (error.empty()) error = split_express(devices, boot, comms, express);
   if (!error.empty()) {
-    cuda::abort_comms(comms);  // together, like every abort (Note [Grouped teardown])
+    std::vector<ncclComm_t> all = comms;
+    all.insert(all.end(), express.begin(), express.end());
+    cuda::abort_comms(all);  // together, like every abort (Note [Grouped teardown])
     int loaded = 0;
     if (ncclGetVersion(&loaded) != ncclSuccess) loaded = 0;
     throw CommError(
@@ -202,27 +236,28 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
         " failed: " + error + ". " + gpu_sharing_advice(loaded, error) +
         "Set NCCL_DEBUG=WARN for NCCL's own diagnosis");
   }
+  // Members 0..local-1: the main lanes; local..2*local-1: their express lanes.
   auto clique = std::make_shared<cuda::NcclClique>();
-  for (int i = 0; i < local; ++i) {
+  for (int m = 0; m < 2 * local; ++m) {
+    const int i = m % local;
     auto state = std::make_shared<cuda::NcclState>();
     state->device = devices[static_cast<std::size_t>(i)].index;
     state->rank = boot.first_rank + i;
     state->size = boot.world_size;
-    state->index = i;
+    state->index = m;
+    state->express = m >= local;
     state->clique = clique;
     state->timeout_ms = boot.timeout.count();
+    std::lock_guard<std::mutex> lock(state->gate.calls());
+    state->gate.put_locked(m < local ? comms[static_cast<std::size_t>(i)]
+                                     : express[static_cast<std::size_t>(i)]);
     clique->members.push_back(std::move(state));
-  }
-  for (int i = 0; i < local; ++i) {
-    cuda::NcclState& s = *clique->members[static_cast<std::size_t>(i)];
-    std::lock_guard<std::mutex> lock(s.gate.calls());
-    s.gate.put_locked(comms[static_cast<std::size_t>(i)]);
   }
   // From here the clique owns the comms: if a constructor below throws, its destructor tears
   // down every member together.
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < local; ++i)
-    out.push_back(std::make_unique<cuda::NcclCommunicator>(clique, i));
+    out.push_back(std::make_unique<cuda::NcclCommunicator>(clique, i, local + i));
   return out;
 }
 

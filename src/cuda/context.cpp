@@ -44,6 +44,7 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   use_device(device);
   compute_ = make_stream();
   comm_ = make_stream();
+  express_ = make_stream();
   cublasHandle_t blas = nullptr;
   MIRROR_CUBLAS_CHECK(cublasCreate(&blas));
   cublas_ = CublasHandle(blas);
@@ -117,6 +118,7 @@ void DeviceContext::synchronize() {
   use_device(device_);
   MIRROR_CUDA_CHECK(cudaStreamSynchronize(compute_));
   MIRROR_CUDA_CHECK(cudaStreamSynchronize(comm_));
+  MIRROR_CUDA_CHECK(cudaStreamSynchronize(express_));
 }
 
 int DeviceContext::read_and_clear_error() {

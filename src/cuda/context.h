@@ -53,6 +53,9 @@ class DeviceContext {
   int device() const { return device_; }
   cudaStream_t compute() const { return compute_; }
   cudaStream_t comm() const { return comm_; }
+  /// The stream of the express lane's collectives (Communicator::express()): small ones that
+  /// must not queue behind the gradient buckets on comm().
+  cudaStream_t express() const { return express_; }
   cublasHandle_t cublas() const { return cublas_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   /// Held by each KernelSet call for this device: cuBLAS/cuDNN handles and the caches below
@@ -85,7 +88,7 @@ class DeviceContext {
   Staging* staging_block(std::size_t bytes);
 
   int device_;
-  Stream compute_, comm_;
+  Stream compute_, comm_, express_;
   CublasHandle cublas_;
   CudnnHandle cudnn_;
   DeviceMutex mutex_;

@@ -53,6 +53,11 @@ class Communicator {
   /// (docs/architecture.md invariant 8). CPU communicators complete a collective by the end of
   /// wait(), so theirs only reports a failure recorded since.
   virtual void settle() {}
+  /// The communicator for small collectives a replica waits for at once (synchronized
+  /// BatchNorm's sums), which must not queue behind the large ones in flight (the gradient
+  /// buckets). Same replicas, ranks and ordering rule; each lane keeps its own order. The NCCL
+  /// communicator gives a second communicator on a stream of its own; others return *this.
+  virtual Communicator& express() { return *this; }
 
   /// Convenience: in-place all-reduce, waited.
   void all_reduce_sync(Tensor& t, ReduceOp op, const std::string& tag = "") {
