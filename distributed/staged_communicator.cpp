@@ -244,17 +244,23 @@ detail::TensorHome home_of(Device d) {
   return d.is_cuda() ? detail::TensorHome::gpu(d.index) : detail::TensorHome::cpu();
 }
 
+std::shared_ptr<Op> new_op(Collective kind, const std::string& tag,
+                           std::chrono::milliseconds timeout) {
+  auto o = std::make_shared<Op>();
+  o->kind = kind;
+  o->tag = tag;
+  o->timeout = timeout;
+  return o;
+}
+
 }  // namespace
 
 std::shared_ptr<Work> StagedCommunicator::all_reduce(const Tensor& in, Tensor& out, ReduceOp op,
                                                      const std::string& tag) {
   detail::check_collective(name(), home_of(impl_->device), size(),
                            {Collective::kAllReduce, &in, &out, op, 0});
-  auto o = std::make_shared<Op>();
-  o->kind = Collective::kAllReduce;
+  auto o = new_op(Collective::kAllReduce, tag, timeout_);
   o->reduce = op;
-  o->tag = tag;
-  o->timeout = timeout_;
   o->in = in;
   o->out = out;
   {
@@ -268,11 +274,8 @@ std::shared_ptr<Work> StagedCommunicator::all_reduce(const Tensor& in, Tensor& o
 std::shared_ptr<Work> StagedCommunicator::broadcast(Tensor& t, int root, const std::string& tag) {
   detail::check_collective(name(), home_of(impl_->device), size(),
                            {Collective::kBroadcast, &t, nullptr, ReduceOp::kSum, root});
-  auto o = std::make_shared<Op>();
-  o->kind = Collective::kBroadcast;
+  auto o = new_op(Collective::kBroadcast, tag, timeout_);
   o->root = root;
-  o->tag = tag;
-  o->timeout = timeout_;
   o->in = t;
   o->out = t;
   {
@@ -287,10 +290,7 @@ std::shared_ptr<Work> StagedCommunicator::all_gather(const Tensor& in, Tensor& o
                                                      const std::string& tag) {
   detail::check_collective(name(), home_of(impl_->device), size(),
                            {Collective::kAllGather, &in, &out, ReduceOp::kSum, 0});
-  auto o = std::make_shared<Op>();
-  o->kind = Collective::kAllGather;
-  o->tag = tag;
-  o->timeout = timeout_;
+  auto o = new_op(Collective::kAllGather, tag, timeout_);
   o->in = in;
   o->out = out;
   o->in_bytes = in.nbytes();
@@ -303,11 +303,11 @@ std::shared_ptr<Work> StagedCommunicator::all_gather(const Tensor& in, Tensor& o
 }
 
 void StagedCommunicator::barrier() {
-  auto o = std::make_shared<Op>();
-  o->kind = Collective::kBarrier;
-  o->tag = detail::collective_name(Collective::kBarrier);
-  o->timeout = timeout_;
-  impl_->submit(std::move(o), impl_)->wait();
+  impl_
+      ->submit(
+          new_op(Collective::kBarrier, detail::collective_name(Collective::kBarrier), timeout_),
+          impl_)
+      ->wait();
 }
 
 void StagedCommunicator::settle() {

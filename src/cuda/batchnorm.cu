@@ -19,8 +19,6 @@ __device__ bool real_sample(const float* weights, std::int64_t sample) {
 __global__ void bn_statistics_kernel(const float* x, const float* weights, double* stats,
                                      std::int64_t outer, std::int64_t channels, std::int64_t inner,
                                      std::int64_t samples) {
-  __shared__ double s1[kThreads];
-  __shared__ double s2[kThreads];
   const std::int64_t c = blockIdx.x;
   const std::int64_t per_sample = outer * channels * inner / samples;
   double x1 = 0, x2 = 0;
@@ -36,22 +34,13 @@ __global__ void bn_statistics_kernel(const float* x, const float* weights, doubl
   } else {
     for (std::int64_t n = threadIdx.x; n < samples; n += kThreads) x1 += real_sample(weights, n);
   }
-  s1[threadIdx.x] = x1;
-  s2[threadIdx.x] = x2;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) {
-      s1[threadIdx.x] += s1[threadIdx.x + half];
-      s2[threadIdx.x] += s2[threadIdx.x + half];
-    }
-    __syncthreads();
-  }
+  block_sum2(x1, x2);
   if (threadIdx.x != 0) return;
   if (c < channels) {
-    stats[c] = s1[0];
-    stats[channels + c] = s2[0];
+    stats[c] = x1;
+    stats[channels + c] = x2;
   } else {
-    stats[2 * channels] = s1[0] * static_cast<double>(per_sample / channels);
+    stats[2 * channels] = x1 * static_cast<double>(per_sample / channels);
   }
 }
 
