@@ -72,6 +72,7 @@ class CommGate {
 template <class Comm>
 std::vector<Comm> take_all(std::span<CommGate<Comm>* const> gates) {
   const std::size_t n = gates.size();
+  if (n == 0) return {};
   std::size_t first = 0;
   for (;;) {
     std::vector<std::unique_lock<std::mutex>> held;
