@@ -41,3 +41,37 @@ macro(mirror_find_cuda_libraries)
     set(MirrorDeps_cuda_libraries_FOUND FALSE)
   endif()
 endmacro()
+
+# Note [Pinned CUDA headers]: the CUDA toolkit's include folder may hold its own cudnn.h and
+# nccl.h (NVIDIA's images put them there), and CUDA::cudart brings that folder as -isystem. The
+# cuDNN and NCCL headers found above (the kit's pinned wheels, scripts/gpu_kit.sh) must win, so
+# their folders go first, ahead of everything the linked targets bring; and the header versions
+# read here are checked against the ones the compiler saw (src/cuda/discovery.cpp), so a build
+# that still picks another copy fails instead of silently mismatching the library it loads.
+function(mirror_link_cuda_libraries target)
+  get_target_property(cudnn_inc MirrorDeps::cudnn INTERFACE_INCLUDE_DIRECTORIES)
+  get_target_property(nccl_inc MirrorDeps::nccl INTERFACE_INCLUDE_DIRECTORIES)
+  target_include_directories(${target} SYSTEM BEFORE PRIVATE ${cudnn_inc} ${nccl_inc})
+  target_link_libraries(${target} PRIVATE MirrorDeps::cudnn MirrorDeps::nccl CUDA::cudart
+                                          CUDA::cublas)
+endfunction()
+
+# The version of a library header, as the library's own macro encodes it: cuDNN 9's CUDNN_VERSION
+# (major * 10000 + minor * 100 + patch) or NCCL's NCCL_VERSION_CODE. Sets `out` (0 if unreadable).
+function(mirror_header_version out header major minor patch)
+  set(parts)
+  foreach(name ${major} ${minor} ${patch})
+    file(STRINGS "${header}" line REGEX "^#define ${name} +[0-9]+")
+    string(REGEX MATCH "[0-9]+$" value "${line}")
+    if(value STREQUAL "")
+      set(${out} 0 PARENT_SCOPE)
+      return()
+    endif()
+    list(APPEND parts ${value})
+  endforeach()
+  list(GET parts 0 x)
+  list(GET parts 1 y)
+  list(GET parts 2 z)
+  math(EXPR code "${x} * 10000 + ${y} * 100 + ${z}")
+  set(${out} ${code} PARENT_SCOPE)
+endfunction()

@@ -12,10 +12,12 @@
 // that the same thread would reach only afterwards, and the program hangs at exit. Abort is the
 // same: ncclCommAbort of one rank can wait for kernels of its siblings that only their own abort
 // ends, so the ranks a thread owns are aborted together in one group (the grouped-abort semantic
-// NCCL recommends). The order is:
-//   group { finalize every comm }   group { destroy every comm }
-// and when finalizing fails, or the caller knows work is still pending that will never finish
-// (destroy_together's `drained` is false):
+// NCCL recommends). The communicators are non-blocking (Note [Comm gate], comm_gate.h), so a
+// finalize only starts; each one is then polled until it is done (settle) before any destroy.
+// The order is:
+//   group { finalize every comm }   settle every comm   group { destroy every comm }
+// and when finalizing or settling fails, or the caller knows work is still pending that will
+// never finish (destroy_together's `drained` is false):
 //   group { abort every comm }
 // Destroy after a successful finalize only frees local resources; a failed destroy is reported,
 // never followed by an abort (the handle may already be freed).
@@ -34,6 +36,7 @@ concept CommTeardownOps = requires(Ops& ops, typename Ops::Comm comm) {
   { ops.group_start() } -> std::convertible_to<std::string>;
   { ops.group_end() } -> std::convertible_to<std::string>;
   { ops.finalize(comm) } -> std::convertible_to<std::string>;
+  { ops.settle(comm) } -> std::convertible_to<std::string>;  // waits for the finalize
   { ops.destroy(comm) } -> std::convertible_to<std::string>;
   { ops.abort(comm) } -> std::convertible_to<std::string>;
 };
@@ -62,8 +65,8 @@ std::string abort_together(Ops& ops, std::span<const typename Ops::Comm> comms) 
 }
 
 /// Tears `comms` down together: when `drained` (nothing pending, or everything pending has
-/// completed), finalizes them in one group and destroys them in another; when not drained, or
-/// when finalizing fails, aborts them all in one group instead. Null comms are skipped. Never
+/// completed), finalizes them in one group, waits for each finalize and destroys them in another
+/// group; when not drained, or when finalizing fails, aborts them all in one group instead. Null comms are skipped. Never
 /// throws; returns "" or what failed (the caller prints it: destructors must not throw).
 template <CommTeardownOps Ops>
 std::string destroy_together(Ops& ops, std::span<const typename Ops::Comm> comms, bool drained) {
@@ -81,6 +84,9 @@ std::string destroy_together(Ops& ops, std::span<const typename Ops::Comm> comms
     if (comm != Comm{}) note(errors, "ncclCommFinalize", ops.finalize(comm));
   }
   note(errors, "ncclGroupEnd after finalize", ops.group_end());
+  for (const Comm& comm : comms) {
+    if (errors.empty() && comm != Comm{}) note(errors, "finalizing", ops.settle(comm));
+  }
   if (!errors.empty()) {
     note(errors, "then aborted", abort_together(ops, comms));
     return errors;

@@ -8,6 +8,7 @@
 // factory throws Unavailable, CollectiveGroup is a no-op and host buffers are ordinary memory.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -50,9 +51,14 @@ struct NcclBootstrap {
   /// Broadcasts `n` bytes from the process holding replica 0 to every process (MPI_Bcast).
   /// May be empty when this process owns the whole clique.
   std::function<void(void* bytes, std::size_t n)> broadcast_from_root;
+  /// How long creating the communicators may wait for every replica to join (--comm-timeout);
+  /// also the communicators' first timeout().
+  std::chrono::milliseconds timeout{600000};
 };
 /// One NCCL communicator per local device (replica ranks first_rank, first_rank + 1, ...),
-/// created together (ncclGroupStart/End around ncclCommInitRank). Collective contract:
+/// created together (ncclGroupStart/End around ncclCommInitRankConfig), non-blocking (Note [Comm
+/// gate], distributed/comm_gate.h); creation fails with CommError when some replica has not
+/// joined within the bootstrap's timeout. Collective contract:
 /// mirror/distributed/communicator.h (GPU stream semantics) and cuda/nccl_communicator.h.
 /// Throws Unavailable without CUDA or a usable GPU, CommError when NCCL fails.
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(

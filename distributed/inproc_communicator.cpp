@@ -75,6 +75,11 @@ class InProcGroup {
   int first() const { return first_; }
   int total() const { return total_; }
   MpiCommunicator* cross() const { return cross_; }
+  /// The group's first failure, "" while it works.
+  std::string broken() {
+    std::lock_guard lock(mutex_);
+    return broken_;
+  }
 
   /// Registers replica `r`'s next collective; returns its slot.
   std::shared_ptr<Slot> arrive(int r, const Descriptor& d, const std::string& tag, Tensor in,
@@ -325,6 +330,11 @@ class InProcCommunicator final : public Communicator {
   }
   void barrier() override {
     issue({}, detail::collective_name(Kind::kBarrier), Tensor(), Tensor())->wait();
+  }
+  void settle() override {
+    const std::string broken = group_->broken();
+    if (!broken.empty()) throw CommError("in-process communicator group failed: " + broken);
+    if (group_->cross()) group_->cross()->settle();
   }
 
  private:

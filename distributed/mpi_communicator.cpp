@@ -241,6 +241,11 @@ void MpiCommunicator::barrier() {
   submit(*impl_, std::move(o))->wait();
 }
 
+void MpiCommunicator::settle() {
+  std::lock_guard lock(impl_->mutex);
+  if (!impl_->broken.empty()) throw CommError("MPI communicator failed: " + impl_->broken);
+}
+
 // ------------------------------------------------------------------ communication thread
 
 void MpiCommunicator::Impl::loop() {

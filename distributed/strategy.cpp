@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "distributed/device_collectives.h"
+#include "distributed/staged_communicator.h"
 #include "distributed/strategy_replica.h"
 #include "mirror/distributed/inproc_communicator.h"
 #include "mirror/distributed/mpi_communicator.h"
@@ -110,6 +111,7 @@ std::string describe_model(nn::Sequential& model, const BucketPlan& plan,
   out << "world replicas " << world_replicas << "\n";
   out << "compression " << compression_name(options.compression) << "\n";
   out << "precision " << precision_name(options.precision) << "\n";
+  out << "device comm " << device_comm_name(options.device_comm) << "\n";
   out << "accumulation steps " << options.accumulation_steps << "\n";
   out << "loss " << loss_name(options.loss) << "\n";
   out << "input " << shape_text(model.input_shape()) << " " << dtype_name(model.dtype()) << "\n";
@@ -280,11 +282,16 @@ void MirroredStrategy::create_communicators() {
                  "replicas of one rank must all be GPUs or all CPUs, got " +
                      devices_.front().str() + " and " + d.str());
   }
-  if (devices_.front().is_cuda()) {
+  const auto timeout = options_.collective_timeout.count() > 0 ? options_.collective_timeout
+                       : runtime_                              ? runtime_->default_timeout()
+                                                               : std::chrono::seconds(600);
+  const bool staged = devices_.front().is_cuda() && options_.device_comm == DeviceComm::kMpi;
+  if (devices_.front().is_cuda() && !staged) {
     // GPUs: NCCL moves the tensors; MPI only carries the unique id from replica 0's rank.
     NcclBootstrap bootstrap;
     bootstrap.world_size = world_replicas_;
     bootstrap.first_rank = first_replica_;
+    bootstrap.timeout = timeout;
     if (multi_rank) {
       bootstrap.broadcast_from_root = [this](void* bytes, std::size_t n) {
         runtime_->broadcast_bytes({static_cast<std::byte*>(bytes), n}, 0);
@@ -311,9 +318,13 @@ void MirroredStrategy::create_communicators() {
                      " communicators for " + std::to_string(replicas_.size()) + " replicas");
     for (std::size_t i = 0; i < replicas_.size(); ++i) replicas_[i]->comm = std::move(comms[i]);
   }
-  const auto timeout = options_.collective_timeout.count() > 0 ? options_.collective_timeout
-                       : runtime_                              ? runtime_->default_timeout()
-                                                               : std::chrono::seconds(600);
+  for (auto& r : replicas_) {
+    // --comm mpi: the GPU tensors go through the host (Note [Staged collectives]).
+    if (staged) r->comm = std::make_unique<StagedCommunicator>(std::move(r->comm), r->device);
+    if (options_.wrap_communicator) {
+      r->comm = options_.wrap_communicator(std::move(r->comm), r->local_index);
+    }
+  }
   if (cross_rank_) cross_rank_->set_timeout(timeout);
   for (auto& r : replicas_) r->replica_sum = make_replica_sum(*r->comm, r->device, steps_);
   for (auto& r : replicas_) r->comm->set_timeout(timeout);

@@ -436,8 +436,12 @@ StepResult MirroredStrategy::train_step(std::vector<data::Batch>& batches, doubl
     launch_train_metrics(r);  // no buckets (one replica, or no parameters)
     if (r.now->metrics_work) r.now->metrics_work->wait();
     r.now->metrics_work.reset();
-    adopt_buffer_averages(r);
     metrics[static_cast<std::size_t>(r.local_index)] = r.now->metrics;
+    // Note [Failed step]: on a GPU, wait() only orders the streams, and a watchdog may abort a
+    // collective after it returned, leaving partial sums; settle() waits for every collective of
+    // the step and throws CommError if one failed, before anything reads the buffers.
+    if (r.comm) r.comm->settle();
+    adopt_buffer_averages(r);  // only from sums that arrived whole
     r.now->timing.exposed_comm_ms = detail::ms_since(t0);
     // Reduced gradients are the same bytes on every replica, so is this decision.
     for (const Tensor& b : r.buffers) {

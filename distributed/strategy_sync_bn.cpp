@@ -33,6 +33,14 @@ class CommReplicaSum final : public nn::ReplicaSum {
     values = t.to(Device::cpu()).to_vector<double>();
   }
 
+  // Note [Device batch norm] (mirror/ops.h): in device order, on the express lane, so the sum
+  // neither waits on the host nor queues behind the gradient buckets in flight.
+  void sum_on_device(Tensor& values, const std::string& tag) override {
+    comm_.express()
+        .all_reduce(values, values, ReduceOp::kSum, "step " + std::to_string(step_) + " " + tag)
+        ->wait();
+  }
+
  private:
   Communicator& comm_;
   Device device_;

@@ -97,6 +97,9 @@ po::options_description make_options() {
       "bucket-mb", po::value<double>(), "gradient bucket cap in MiB (default 25)")(
       "first-bucket-mb", po::value<double>(), "first bucket cap in MiB (default 1)")(
       "compression", po::value<std::string>(), "all-reduce payload: none | fp16 | bf16")(
+      "comm", po::value<std::string>(),
+      "GPU replicas' transport: auto | nccl | mpi (MPI over pinned host copies: no NCCL needed, "
+      "several ranks may share a GPU; docs/gpu-kit.md)")(
       "precision", po::value<std::string>(),
       "float32 | mixed_bfloat16 | mixed_float16: compute of convolution, dense and RNN products "
       "(master weights stay float32; default float32)")(
@@ -183,6 +186,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("bucket-mb", c.bucket_mb);
   set("first-bucket-mb", c.first_bucket_mb);
   set("compression", c.compression);
+  set("comm", c.comm);
   set("precision", c.precision);
   set("augment", c.augment);
   set("accumulation", c.accumulation);

@@ -6,19 +6,23 @@
 #
 # It unpacks mirror-kit.tar.gz into a private folder (GPU_CHECK_WORK, default a fresh one under
 # /tmp; never over /), points OPAL_PREFIX/PATH/LD_LIBRARY_PATH at it, and finds cuDNN, NCCL,
-# cuBLAS and the CUDA runtime in python3's nvidia/* wheels or the CUDA toolkit. Then, each step
-# logged: mirror-doctor; the kit's Open MPI and oneDNN on the CPU; the gpu test binaries; a
-# short mirror-train on the GPU (cnn, gru-rows, synthetic data); mirror-bench allreduce over
-# NCCL (1 rank; 2 ranks on one GPU if NCCL permits); mirror-bench train --devices gpu for one
-# replica; compute-sanitizer memcheck on short training runs; PyTorch's step time for the same
-# models on the same GPU, side by side. A step whose GPU, driver, compute-sanitizer or torch is
-# missing is skipped with the reason; without a GPU, the GPU flags are checked to fail cleanly.
-# OUTDIR gets summary.txt, all.log and logs.tar.gz (the device tool returns at most 8 files).
+# cuBLAS and the CUDA runtime in python3's nvidia/* wheels or the CUDA toolkit. Then the stages,
+# in order of value, each step logged: (1) smoke: mirror-doctor, the kit's Open MPI and oneDNN on
+# the CPU, one training step on the GPU; (2) numerics: the gpu test binaries (CUDA vs the CPU
+# oracle) and short trainings; (3) two replicas sharing the one GPU (docs/gpu-kit.md, "Two
+# replicas on one GPU"): over NCCL when the loaded NCCL is 2.30 or newer
+# (NCCL_MULTI_RANK_GPU_ENABLE=1), over MPI with pinned host staging (--comm mpi) always, with
+# sync BN, buckets, overlap and compression, and a peer killed mid-run (the watchdog and
+# teardown); (4) benchmarks: mirror-bench allreduce and train, PyTorch's step time on the same
+# GPU side by side, compute-sanitizer memcheck. A step whose GPU, driver, compute-sanitizer or
+# torch is missing is skipped with the reason; without a GPU, the GPU flags are checked to fail
+# cleanly. OUTDIR gets summary.txt and all.log, rewritten after every step (so a run cut short
+# still reports), and logs.tar.gz at the end (the device tool returns at most 8 files).
 # First of all it prints the cuDNN and NCCL versions the kit was built against next to the ones
 # this machine loads, and stops (exit 3) when a loaded one is older (GPU_CHECK_ALLOW_OLDER=1 to
-# go on anyway). Exit 0 when every step that could run passed. Env: GPU_CHECK_BUDGET (seconds, default 540):
-# each step's time limit is cut to what is left of it and steps after it are skipped, so the
-# whole run stays inside the device tool's 10 minutes; summary.txt is written as steps finish.
+# go on anyway). Exit 0 when every step that could run passed. Env: GPU_CHECK_BUDGET (seconds,
+# default 540): each step's time limit is cut to what is left of it and steps after it are
+# skipped, so the whole run stays inside the device tool's 10 minutes.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-${OUT:-$PWD/gpu-check-out}}"
@@ -194,7 +198,12 @@ mark() {  # mark NAME STATUS DETAIL
   step_status[$1]="$2"
   case "$2" in PASS) passed=$((passed + 1)) ;; SKIP) skipped=$((skipped + 1)) ;; *) failed=$((failed + 1)) ;; esac
   printf '%-5s %-26s %s\n' "$2" "$1" "$3" | tee -a "$summary"
-  cp "$summary" "$out/summary.txt"  # so a run cut short still leaves what it did
+  publish
+}
+# summary.txt and all.log under $OUT after every step, so a run cut short still leaves what it did.
+publish() {
+  cp "$summary" "$out/summary.txt"
+  for f in "$logs"/*.log; do echo "==================== $(basename "$f")"; cat "$f"; done >"$out/all.log" 2>/dev/null
 }
 # Seconds a step may take: its own limit, cut to what is left of the budget.
 capped() {
@@ -284,12 +293,18 @@ say ""
 
 train_args=(--data synthetic --train-limit 4096 --test-limit 512 --batch-size 64 --max-steps 40 --no-progress)
 common_ar=(-b 8 -e 64M -f 4 -n 20 -w 5 -r 3)
+nccl_loaded="$(loaded_version nccl)"
 
+# ---------------------------------------------------------------- 1. smoke
+say "== 1. smoke"
 step doctor "" 60 mirror-doctor
 # The kit's own Open MPI (relocated) and oneDNN, on the CPU: they must work on any machine.
 step cpu-allreduce-mpi-2ranks "" 120 mpirun -np 2 --bind-to none mirror-bench allreduce --backend mpi -b 8 -e 1M -f 16 -n 5 -w 1 -r 1
 step cpu-train-cnn "" 180 mirror-train --model cnn --devices cpu --data synthetic --train-limit 256 --test-limit 64 --batch-size 32 --max-steps 4 --no-progress
+step gpu-one-step gpu 90 mirror-train --model cnn --devices gpu --require-gpu --data synthetic --train-limit 256 --test-limit 64 --batch-size 32 --max-steps 1 --no-progress
 
+# ---------------------------------------------------------------- 2. numerics vs the CPU oracle
+say "== 2. numerics vs the CPU oracle"
 # gpu tests: each binary skips (never passes) without a GPU; count what gtest reports.
 gpu_tests_log="$logs/gpu-tests.log"
 : >"$gpu_tests_log"
@@ -338,8 +353,9 @@ if ((!gpu)); then
   expect_refusal mirror-train --model cnn --devices gpu "${train_args[@]}"
   expect_refusal mirror-bench allreduce --backend nccl -b 8 -e 1K -n 2 -w 0 -r 1
   expect_refusal mirror-bench train --devices gpu --replicas 1 --steps 2 --warmup 0 --rounds 1
+  expect_refusal mirror-train --model cnn --devices gpu --require-gpu --comm mpi "${train_args[@]}"
   if ((refusals_ok)); then
-    mark gpu-flags-refused PASS "mirror-train --devices gpu, mirror-bench allreduce --backend nccl and train --devices gpu fail with the reason"
+    mark gpu-flags-refused PASS "mirror-train --devices gpu (also --comm mpi), mirror-bench allreduce --backend nccl and train --devices gpu fail with the reason"
   else
     mark gpu-flags-refused FAIL "a GPU flag did not fail cleanly: gpu-flags-refused.log"
   fi
@@ -347,27 +363,67 @@ fi
 
 step gpu-train-cnn gpu 150 mirror-train --model cnn --devices gpu --require-gpu "${train_args[@]}" --log-jsonl "$logs/train-cnn.jsonl"
 step gpu-train-gru-rows gpu 150 mirror-train --model gru-rows --devices gpu --require-gpu "${train_args[@]}" --log-jsonl "$logs/train-gru-rows.jsonl"
+
+# ---------------------------------------------------------------- 3. two replicas on the one GPU
+# docs/gpu-kit.md, "Two replicas on one GPU": every multi-replica path (the strategy, sync
+# BN, buckets, overlap, compression, the watchdog and teardown) runs with 2 ranks on one GPU.
+say "== 3. two replicas sharing the GPU"
+share_args=(--data synthetic --train-limit 2048 --test-limit 256 --batch-size 64 --max-steps 24 --no-progress
+            --devices gpu --require-gpu --allow-gpu-sharing --divergence-check-every 4 --bucket-mb 1)
+if [ -n "$nccl_loaded" ] && ! older "$nccl_loaded" 2.30.0; then
+  step share-nccl-resnet-syncbn gpu 150 env NCCL_MULTI_RANK_GPU_ENABLE=1 mpirun -np 2 --bind-to none \
+    mirror-train --model resnet --sync-batchnorm --comm nccl "${share_args[@]}" --log-jsonl "$logs/share-nccl.jsonl"
+elif ((!gpu)); then
+  mark share-nccl-resnet-syncbn SKIP "needs a GPU: none usable here (why: the GPU line above)"
+else
+  mark share-nccl-resnet-syncbn SKIP "the loaded NCCL ${nccl_loaded:-(unknown)} refuses two ranks on one GPU (2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 accepts it): --comm mpi below"
+fi
+step share-mpi-resnet-syncbn gpu 150 mpirun -np 2 --bind-to none \
+  mirror-train --model resnet --sync-batchnorm --comm mpi "${share_args[@]}" --log-jsonl "$logs/share-mpi.jsonl"
+step share-mpi-cnn-bf16-wire gpu 120 mpirun -np 2 --bind-to none \
+  mirror-train --model cnn --comm mpi --compression bf16 --precision mixed_bfloat16 "${share_args[@]}"
+# A peer killed mid-run: the survivor must end (its watchdog, or the staged communicator's MPI
+# timeout, after --comm-timeout 20 s) with a non-zero exit, not hang and not crash; mpirun is
+# asked to leave it running, so that it has to find out by itself.
+cat >"$work/kill_peer.sh" <<'KILL'
+comm="$1" out="$2"
+mpirun -np 2 --bind-to none --mca orte_abort_on_non_zero_status 0 bash -c '
+  if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 15; kill -9 $$) & fi
+  exec mirror-train --model cnn --comm '"$comm"' --comm-timeout 20 --epochs 1000 --data synthetic \
+    --train-limit 2048 --batch-size 64 --no-progress --devices gpu --require-gpu --allow-gpu-sharing' \
+  >"$out" 2>&1
+rc=$?
+cat "$out"
+if grep -q -E "Segmentation fault|core dumped|SIGSEGV" "$out"; then echo "CRASH after the peer was killed"; exit 1; fi
+if [ "$rc" = 0 ]; then echo "exit 0 although a peer was killed"; exit 1; fi
+echo "survivor's own report: $(grep -m1 -o -E "aborted[^.]*|did not complete[^.]*|CommError[^.]*" "$out" || echo 'none (mpirun ended it)')"
+exit 0
+KILL
+if [ -n "$nccl_loaded" ] && ! older "$nccl_loaded" 2.30.0; then
+  step share-nccl-peer-killed gpu 120 env NCCL_MULTI_RANK_GPU_ENABLE=1 bash "$work/kill_peer.sh" nccl "$logs/kill-nccl.out"
+fi
+step share-mpi-peer-killed gpu 120 bash "$work/kill_peer.sh" mpi "$logs/kill-mpi.out"
+
+# ---------------------------------------------------------------- 4. benchmarks
+say "== 4. benchmarks"
 step nccl-allreduce-1rank gpu 150 mpirun -np 1 --bind-to none mirror-bench allreduce --backend nccl "${common_ar[@]}"
 if ((gpu_count >= 2)); then
   step nccl-allreduce-2ranks gpu 150 mpirun -np 2 --bind-to none mirror-bench allreduce --backend nccl "${common_ar[@]}"
-else
-  # NCCL usually refuses two ranks on one GPU ("Duplicate GPU detected"): a skip, not a failure.
-  step_refusal='Duplicate GPU[^.]*|invalid usage'
-  step nccl-allreduce-2ranks-1gpu gpu 150 mpirun -np 2 --bind-to none mirror-bench allreduce --backend nccl --allow-gpu-sharing -b 8 -e 16M -f 8 -n 20 -w 5 -r 2
-  step_refusal=""
 fi
 bench_common=(--devices gpu --replicas 1 --steps 30 --warmup 5 --rounds 2 --batch-per-replica 64 --threads 4)
 step bench-train-gpu-cnn gpu 150 mirror-bench train --model cnn "${bench_common[@]}" --json "$logs/bench-cnn.json"
 step bench-train-gpu-gru gpu 150 mirror-bench train --model gru-rows "${bench_common[@]}" --json "$logs/bench-gru.json"
-san_args=(--tool memcheck --error-exitcode 9 --print-limit 50)
-small_train=(--devices gpu --require-gpu --data synthetic --train-limit 128 --test-limit 32 --batch-size 16 --max-steps 2 --no-progress)
-step memcheck-train-gru-rows "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model gru-rows "${small_train[@]}"
-step memcheck-train-cnn "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model cnn "${small_train[@]}"
+step bench-train-gpu-resnet gpu 150 mirror-bench train --model resnet "${bench_common[@]}" --json "$logs/bench-resnet.json"
+step bench-train-gpu-cnn-bf16 gpu 150 mirror-bench train --model cnn --precision mixed_bfloat16 "${bench_common[@]}" --json "$logs/bench-cnn-bf16.json"
 torch_log=""
 # PyTorch runs in the machine's own environment, not the kit's library path.
 step torch-step-gpu "gpu torch" 180 env PATH="$orig_path" LD_LIBRARY_PATH="$orig_ld" \
   "$python" "$kit/bench/step_torch.py" --device cuda --model cnn,gru-rows --batch 64 --steps 30 --warmup 5 --threads 4
 [ "${step_status[torch-step-gpu]}" = PASS ] && torch_log="$last_log"
+san_args=(--tool memcheck --error-exitcode 9 --print-limit 50)
+small_train=(--devices gpu --require-gpu --data synthetic --train-limit 128 --test-limit 32 --batch-size 16 --max-steps 2 --no-progress)
+step memcheck-train-gru-rows "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model gru-rows "${small_train[@]}"
+step memcheck-train-cnn "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model cnn "${small_train[@]}"
 
 # ---------------------------------------------------------------- side by side
 if [ "${step_status[bench-train-gpu-cnn]}" = PASS ] || [ -n "$torch_log" ]; then
@@ -398,8 +454,7 @@ fi
 # ---------------------------------------------------------------- outputs
 say ""
 say "totals: $passed passed, $skipped skipped, $failed failed ($((SECONDS - start_s)) s)"
-cp "$summary" "$out/summary.txt"
-for f in "$logs"/*.log; do echo "==================== $(basename "$f")"; cat "$f"; done >"$out/all.log" 2>/dev/null
+publish
 tar -C "$work" -czf "$out/logs.tar.gz" logs
 echo "gpu_check: $out/summary.txt, all.log, logs.tar.gz"
 ((failed == 0))

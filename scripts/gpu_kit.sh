@@ -221,10 +221,23 @@ nvcc_path="$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 cuda_inc="$(dirname "$nvcc_path")/../include"
 cudnn_inc="$(sed -n 's/^MIRROR_cudnn_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
 nccl_inc="$(sed -n 's/^MIRROR_nccl_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")"
-cudnn_h="$cudnn_inc/cudnn_version.h" nccl_h="$nccl_inc/nccl.h"
+# Note [Pinned CUDA headers] (cmake/MirrorImportedLibraries.cmake): the versions compiled in are
+# read from the binary (mirror-doctor reports CUDNN_VERSION and NCCL_VERSION_CODE as the compiler
+# saw them), not from the folders CMake was pointed at, which another copy could have shadowed.
+doctor_json="$stage/doctor.json"
+"$build/bin/mirror-doctor" --json >"$doctor_json" 2>/dev/null ||
+  die "$build/bin/mirror-doctor --json failed; it reports the cuDNN/NCCL versions compiled in"
+code_of() {  # code_of cudnn|nccl: the version the binary was compiled against, as x.y.z
+  python3 -c '
+import json, sys
+c = int(json.load(open(sys.argv[1]))["ranks"][0]["gpu"][sys.argv[2] + "_compiled"])
+print(f"{c // 10000}.{c // 100 % 100}.{c % 100}" if c > 0 else "")' "$doctor_json" "$1"
+}
+cudnn_compiled="$(code_of cudnn)" nccl_compiled="$(code_of nccl)"
+[ -n "$cudnn_compiled" ] && [ -n "$nccl_compiled" ] || die "mirror-doctor reports no compiled cuDNN/NCCL version"
 # The pins against the headers the build really used.
 if ((${#pins[@]})); then
-  if ! pin_check="$("${pins_py[@]}" compare --cudnn-include "$cudnn_inc" --nccl-include "$nccl_inc" "${pins[@]}" 2>&1)"; then
+  if ! pin_check="$("${pins_py[@]}" compare --doctor-json "$doctor_json" "${pins[@]}" 2>&1)"; then
     ((do_build)) && [ -z "$pin_note" ] && die "built against the pinned wheels, yet: $pin_check"
     loud "this build's cuDNN/NCCL differ from torch $torch_version's pins: $pin_check"
   fi
@@ -241,8 +254,8 @@ fi
   echo "nvcc: $("$nvcc_path" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "cuda runtime compiled: $(header_define "$cuda_inc/cuda_runtime_api.h" CUDART_VERSION)"
   echo "cublas compiled: $(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MAJOR).$(header_define "$cuda_inc/cublas_api.h" CUBLAS_VER_MINOR)"
-  echo "cudnn compiled: $(header_define "$cudnn_h" CUDNN_MAJOR).$(header_define "$cudnn_h" CUDNN_MINOR).$(header_define "$cudnn_h" CUDNN_PATCHLEVEL)"
-  echo "nccl compiled: $(header_define "$nccl_h" NCCL_MAJOR).$(header_define "$nccl_h" NCCL_MINOR).$(header_define "$nccl_h" NCCL_PATCH)"
+  echo "cudnn compiled: $cudnn_compiled"
+  echo "nccl compiled: $nccl_compiled"
   echo "cudnn headers: $cudnn_inc"
   echo "nccl headers: $nccl_inc"
   echo "pinned by: torch $torch_version${pins[*]:+: ${pins[*]}}${pins_from:+ (read from $(basename "$pins_from"))}"

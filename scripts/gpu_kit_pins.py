@@ -17,8 +17,11 @@ headers and the libraries the linker needs are unpacked. See docs/gpu-kit.md.
       DIR/<name>-<version>/; prints  name=<that folder>  per pin.
 
   gpu_kit_pins.py compare --cudnn-include DIR --nccl-include DIR PIN...
-      the versions the headers in DIR say (cudnn_version.h, nccl.h) against the pins; prints
-      "match (...)" and exits 0, or "DIFFER (...)" and exits 3.
+  gpu_kit_pins.py compare --doctor-json FILE PIN...
+      the versions the headers in DIR say (cudnn_version.h, nccl.h), or the ones the built
+      binary was compiled with (`mirror-doctor --json`: cudnn_compiled, nccl_compiled -- the
+      headers the compiler actually saw), against the pins; prints "match (...)" and exits 0,
+      or "DIFFER (...)" and exits 3.
 
 Exit status: 0 done; 1 a clear error on stderr (no network, no such version, metadata
 without the pins, a wheel without headers); 2 usage.
@@ -188,20 +191,43 @@ def header_version(path, names):
     return ".".join(parts)
 
 
+def doctor_versions(path):
+    """cuDNN and NCCL as the binary was compiled: mirror-doctor --json's version codes."""
+    try:
+        report = json.load(open(path, encoding="utf-8"))
+        gpu = report["ranks"][0]["gpu"]
+        codes = {"nvidia-cudnn-cu13": int(gpu["cudnn_compiled"]),
+                 "nvidia-nccl-cu13": int(gpu["nccl_compiled"])}
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        fail(f"cannot read the compiled versions from {path}: {e}")
+    for name, code in codes.items():
+        if code <= 0:
+            fail(f"{path}: the binary reports no {name} version (built without CUDA?)")
+    # cuDNN 9: major*10000 + minor*100 + patch; NCCL 2.9+: the same encoding.
+    return {n: f"{c // 10000}.{c // 100 % 100}.{c % 100}" for n, c in codes.items()}
+
+
 def compare(args):
-    compiled = {
-        "nvidia-cudnn-cu13": header_version(os.path.join(args.cudnn_include, "cudnn_version.h"),
-                                            ["CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"]),
-        "nvidia-nccl-cu13": header_version(os.path.join(args.nccl_include, "nccl.h"),
-                                           ["NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"]),
-    }
+    if args.doctor_json:
+        compiled = doctor_versions(args.doctor_json)
+        source = "compiled"
+    else:
+        if not (args.cudnn_include and args.nccl_include):
+            fail("compare needs --doctor-json FILE, or --cudnn-include and --nccl-include")
+        compiled = {
+            "nvidia-cudnn-cu13": header_version(os.path.join(args.cudnn_include, "cudnn_version.h"),
+                                                ["CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"]),
+            "nvidia-nccl-cu13": header_version(os.path.join(args.nccl_include, "nccl.h"),
+                                               ["NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"]),
+        }
+        source = "headers"
     same, differ = [], []
     for pin in args.pins:
         name, _, version = pin.partition("==")
         if name not in compiled:
             fail(f"'{pin}' is not a pin of {' or '.join(compiled)}")
         # A wheel's version has a 4th (build) component: 9.19.0.56 is cuDNN 9.19.0.
-        text = f"{name} {version} vs headers {compiled[name]}"
+        text = f"{name} {version} vs {source} {compiled[name]}"
         (same if version.split(".")[:3] == compiled[name].split(".") else differ).append(text)
     if differ:
         print(f"DIFFER ({'; '.join(differ)})")
@@ -222,8 +248,9 @@ def main():
     f.add_argument("--cache", default=default_cache)
     f.add_argument("pins", nargs="+")
     c = sub.add_parser("compare")
-    c.add_argument("--cudnn-include", required=True)
-    c.add_argument("--nccl-include", required=True)
+    c.add_argument("--cudnn-include")
+    c.add_argument("--nccl-include")
+    c.add_argument("--doctor-json")
     c.add_argument("pins", nargs="+")
     args = parser.parse_args()
     {"resolve": resolve, "fetch": fetch, "compare": compare}[args.command](args)

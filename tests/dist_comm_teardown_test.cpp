@@ -39,6 +39,10 @@ struct RecordingOps {
     return result(what + std::string(" ") + std::to_string(comm));
   }
   std::string finalize(int comm) { return collective("finalize", comm); }
+  std::string settle(int comm) {
+    if (depth != 0) ++violations;  // polling a finalize inside a group would never see it done
+    return result("settle " + std::to_string(comm));
+  }
   std::string destroy(int comm) { return result("destroy " + std::to_string(comm)); }
   std::string abort(int comm) { return collective("abort", comm); }
 };
@@ -68,7 +72,10 @@ TEST(CommTeardown, EightCommunicatorsAreFinalizedInOneGroupThenDestroyedInAnothe
   RecordingOps ops;
   const std::vector<int> comms = eight();
   EXPECT_EQ(destroy_together<RecordingOps>(ops, comms, /*drained=*/true), "");
-  EXPECT_EQ(ops.log, then(group(each("finalize", comms)), group(each("destroy", comms))));
+  // Non-blocking communicators: every finalize is waited for, outside any group, before the
+  // destroys.
+  EXPECT_EQ(ops.log, then(then(group(each("finalize", comms)), each("settle", comms)),
+                          group(each("destroy", comms))));
   EXPECT_EQ(ops.violations, 0);
   EXPECT_EQ(ops.depth, 0);
 }
@@ -115,7 +122,8 @@ TEST(CommTeardown, FailedDestroyIsReportedNeverAborted) {
   ops.fail = {"destroy 1"};
   const std::vector<int> comms{1, 2};
   const std::string errors = destroy_together<RecordingOps>(ops, comms, true);
-  EXPECT_EQ(ops.log, then(group(each("finalize", comms)), group(each("destroy", comms))));
+  EXPECT_EQ(ops.log, then(then(group(each("finalize", comms)), each("settle", comms)),
+                          group(each("destroy", comms))));
   EXPECT_NE(errors.find("ncclCommDestroy: unhandled cuda error (destroy 1)"), std::string::npos)
       << errors;
 }
@@ -136,7 +144,19 @@ TEST(CommTeardown, OneCommunicatorStillGoesThroughTheGroups) {
   RecordingOps ops;
   const std::vector<int> comms{7};
   EXPECT_EQ(destroy_together<RecordingOps>(ops, comms, true), "");
-  EXPECT_EQ(ops.log, then(group({"finalize 7"}), group({"destroy 7"})));
+  EXPECT_EQ(ops.log, then(group({"finalize 7"}), then({"settle 7"}, group({"destroy 7"}))));
+}
+
+TEST(CommTeardown, AFinalizeThatDoesNotSettleAbortsEveryCommunicator) {
+  RecordingOps ops;
+  ops.fail = {"settle 2"};  // a peer never finalized: the poll ran out of time
+  const std::vector<int> comms{1, 2, 3};
+  const std::string errors = destroy_together<RecordingOps>(ops, comms, true);
+  EXPECT_EQ(ops.log, then(then(group(each("finalize", comms)), {"settle 1", "settle 2"}),
+                          group(each("abort", comms))));
+  EXPECT_NE(errors.find("finalizing: unhandled cuda error (settle 2)"), std::string::npos)
+      << errors;
+  EXPECT_EQ(ops.violations, 0);
 }
 
 }  // namespace

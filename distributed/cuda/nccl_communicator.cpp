@@ -1,17 +1,19 @@
 // NcclCommunicator: NCCL collectives on each device's communication stream, ordered against
-// its compute stream with events, guarded by a watchdog (Note [NCCL watchdog]).
+// its compute stream with events, guarded by a watchdog (Note [NCCL watchdog]); every NCCL call
+// goes through the communicator's gate (Note [Comm gate], distributed/comm_gate.h). Creation,
+// groups and the factory: nccl_setup.cpp.
 #include "distributed/cuda/nccl_communicator.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
 #include <string>
 #include <utility>
 
 #include "cuda/context.h"
 #include "distributed/collective_op.h"
 #include "distributed/comm_teardown.h"
-#include "distributed/cuda/nccl_collectives.h"
+#include "distributed/cuda/nccl_group.h"
+#include "distributed/cuda/nccl_ops.h"
 #include "mirror/error.h"
 
 namespace mirror::cuda {
@@ -22,11 +24,6 @@ using dist::detail::check_collective;
 using dist::detail::Collective;
 using dist::detail::collective_name;
 using dist::detail::TensorHome;
-
-// Collectives issued inside an open CollectiveGroup are launched by ncclGroupEnd; their
-// completion events can only be recorded after it (Note [Group launch]).
-thread_local int group_depth = 0;
-thread_local std::vector<std::shared_ptr<NcclWork>> group_pending;
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -62,16 +59,25 @@ std::string quoted(const char* op, const std::string& tag) {
   return std::string(op) + (tag.empty() ? "" : " '" + tag + "'");
 }
 
-/// The NCCL calls of a teardown (Note [Grouped teardown], distributed/comm_teardown.h).
-struct NcclTeardownOps {
-  using Comm = ncclComm_t;
-  static std::string text(ncclResult_t r) { return r == ncclSuccess ? "" : ncclGetErrorString(r); }
-  std::string group_start() { return text(ncclGroupStart()); }
-  std::string group_end() { return text(ncclGroupEnd()); }
-  std::string finalize(ncclComm_t c) { return text(ncclCommFinalize(c)); }
-  std::string destroy(ncclComm_t c) { return text(ncclCommDestroy(c)); }
-  std::string abort(ncclComm_t c) { return text(ncclCommAbort(c)); }
-};
+std::string describe(const NcclState& s) {
+  return "cuda:" + std::to_string(s.device) + " (replica " + std::to_string(s.rank) + " of " +
+         std::to_string(s.size) + (s.express ? ", express lane" : "") + ")";
+}
+
+/// The gates of `members`, for take_all.
+std::vector<dist::detail::CommGate<ncclComm_t>*> gates_of(
+    const std::vector<std::shared_ptr<NcclState>>& members) {
+  std::vector<dist::detail::CommGate<ncclComm_t>*> gates;
+  for (const auto& m : members) gates.push_back(&m->gate);
+  return gates;
+}
+
+}  // namespace
+
+cudaStream_t lane_stream(const NcclState& s) {
+  DeviceContext& ctx = context(s.device);
+  return s.express ? ctx.express() : ctx.comm();
+}
 
 void abort_comms(const std::vector<ncclComm_t>& comms) noexcept {
   NcclTeardownOps ops;
@@ -83,23 +89,11 @@ void abort_comms(const std::vector<ncclComm_t>& comms) noexcept {
   }
 }
 
-/// The calls that end a group of collectives (Note [Failed group launch],
-/// distributed/comm_teardown.h).
-struct NcclGroupLaunchOps {
-  using Work = std::shared_ptr<NcclWork>;
-  void launched(const Work& w) { w->record(); }
-  void abort(const Work& w, const std::string& why) { w->abort_comms(why); }
-  std::string record(const Work& w) { return w->record_after_abort(); }
-  std::string release(const Work& w) { return w->release(); }
-  void keep(const Work& w, const std::string& why) { w->keep_forever(why); }
-};
-
-std::string describe(const NcclState& s) {
-  return "cuda:" + std::to_string(s.device) + " (replica " + std::to_string(s.rank) + " of " +
-         std::to_string(s.size) + ")";
+std::string NcclTeardownOps::settle(ncclComm_t c) {
+  dist::detail::CommGate<ncclComm_t> gate(c);  // the comm is the caller's alone by now
+  NcclGateOps ops;
+  return dist::detail::settle_call(gate, ops, Clock::now() + settle_limit, "ncclCommFinalize");
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------- NcclState
 void NcclState::throw_if_failed() {
@@ -107,12 +101,12 @@ void NcclState::throw_if_failed() {
   if (failed) throw CommError(error);
 }
 
-ncclComm_t NcclState::fail_locked(const std::string& message) {
-  if (failed) return nullptr;
+bool NcclState::fail_locked(const std::string& message) {
+  if (failed) return false;
   failed = true;
   error = message;
   outstanding.clear();
-  return std::exchange(comm, nullptr);
+  return true;
 }
 
 void NcclState::abort(const std::string& why) {
@@ -123,13 +117,35 @@ void NcclState::abort(const std::string& why) {
                     " failed after it was destroyed: " + why);
 }
 
+std::string NcclState::review(bool* idle) {
+  // NCCL first, through the gate and without `mutex` (the gate comes first).
+  dist::detail::CallState async;
+  NcclGateOps ops;
+  (void)gate.with([&](ncclComm_t c) { async = ops.state(c); });
+  std::lock_guard<std::mutex> lock(mutex);
+  if (idle) *idle = outstanding.empty();
+  if (failed) return "";  // reported already
+  if (!async.error.empty()) {
+    const std::string during = outstanding.empty() ? "" : " during " + outstanding.front().what;
+    return "asynchronous error: " + async.error + during;
+  }
+  while (!outstanding.empty() && done_quietly(*outstanding.front().done)) outstanding.pop_front();
+  if (idle) *idle = outstanding.empty();
+  const auto now = Clock::now();
+  for (const auto& p : outstanding) {
+    if (now > p.deadline) return p.what + " did not complete within the communicator's timeout";
+  }
+  return "";
+}
+
 // ---------------------------------------------------------------- NcclClique
 void NcclClique::abort(int origin, const std::string& why) {
   std::lock_guard<std::mutex> clique_lock(mutex);
   const NcclState& first = *members.at(static_cast<std::size_t>(origin));
   const std::string cause = "NCCL communicator on " + describe(first) + " aborted: " + why +
                             ". Another rank probably failed or stalled; check its log";
-  std::vector<ncclComm_t> comms;
+  bool any = false;
+  // Failed first, handles second: a caller that finds the handle gone finds the error set.
   for (auto& m : members) {
     std::lock_guard<std::mutex> lock(m->mutex);
     const std::string message = m->index == origin
@@ -137,10 +153,13 @@ void NcclClique::abort(int origin, const std::string& why) {
                                     : "NCCL communicator on " + describe(*m) +
                                           " aborted together with " + describe(first) +
                                           " (created together, Note [NCCL clique]): " + why;
-    if (ncclComm_t c = m->fail_locked(message)) comms.push_back(c);
+    any = m->fail_locked(message) || any;
   }
-  if (comms.empty()) return;  // already aborted
-  std::fprintf(stderr, "mirror: %s\n", cause.c_str());
+  const auto gates = gates_of(members);
+  const std::vector<ncclComm_t> comms =
+      dist::detail::take_all<ncclComm_t>(std::span<dist::detail::CommGate<ncclComm_t>* const>(gates));
+  if (comms.empty()) return;  // already aborted or torn down
+  if (any) std::fprintf(stderr, "mirror: %s\n", cause.c_str());
   abort_comms(comms);  // Note [Grouped teardown]: all of them in one group
 }
 
@@ -149,7 +168,7 @@ NcclClique::~NcclClique() {
   // Pending collectives must finish before finalize; if they cannot within the timeout the
   // peers are gone, and aborting is the only way not to hang here.
   std::chrono::milliseconds limit{0};
-  for (auto& m : members) limit = std::max(limit, std::chrono::milliseconds(m->enqueue_limit_ms));
+  for (auto& m : members) limit = std::max(limit, std::chrono::milliseconds(m->timeout_ms));
   const auto deadline = Clock::now() + std::min(limit, kDrainLimit);
   bool idle = false;
   for (;;) {
@@ -161,19 +180,21 @@ NcclClique::~NcclClique() {
     if (idle || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::vector<ncclComm_t> comms;
-  for (auto& m : members) {
-    std::lock_guard<std::mutex> lock(m->mutex);
-    // Drained: Works of completed collectives stay usable, so the state does not fail.
-    ncclComm_t c = idle ? std::exchange(m->comm, nullptr)
-                        : m->fail_locked("NCCL communicator on " + describe(*m) +
-                                         " aborted: collectives still pending when it was "
-                                         "destroyed");
-    if (c != nullptr) comms.push_back(c);
+  if (!idle) {
+    for (auto& m : members) {
+      std::lock_guard<std::mutex> lock(m->mutex);
+      (void)m->fail_locked("NCCL communicator on " + describe(*m) +
+                           " aborted: collectives still pending when it was destroyed");
+    }
+    std::fprintf(stderr, "mirror: %s\n", members.front()->error.c_str());
   }
+  // Drained: Works of completed collectives stay usable, so the states do not fail.
+  const auto gates = gates_of(members);
+  const std::vector<ncclComm_t> comms =
+      dist::detail::take_all<ncclComm_t>(std::span<dist::detail::CommGate<ncclComm_t>* const>(gates));
   if (comms.empty()) return;  // aborted before
-  if (!idle) std::fprintf(stderr, "mirror: %s\n", members.front()->error.c_str());
   NcclTeardownOps ops;
+  ops.settle_limit = kDrainLimit;
   try {
     const std::string errors = dist::detail::destroy_together<NcclTeardownOps>(ops, comms, idle);
     if (!errors.empty())
@@ -202,7 +223,7 @@ NcclWork::~NcclWork() {
 }
 
 void NcclWork::record() {
-  MIRROR_CUDA_CHECK(cudaEventRecord(*done_, context(state_->device).comm()));
+  MIRROR_CUDA_CHECK(cudaEventRecord(*done_, lane_stream(*state_)));
   recorded_ = true;
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->outstanding.push_back({done_, Clock::now() + timeout_, what_});
@@ -212,7 +233,7 @@ void NcclWork::abort_comms(const std::string& why) { state_->abort(why); }
 
 std::string NcclWork::record_after_abort() noexcept {
   try {
-    const cudaError_t status = cudaEventRecord(*done_, context(state_->device).comm());
+    const cudaError_t status = cudaEventRecord(*done_, lane_stream(*state_));
     (void)cudaGetLastError();
     recorded_ = status == cudaSuccess;
     return recorded_ ? "" : std::string("cudaEventRecord: ") + cudaGetErrorString(status);
@@ -277,15 +298,8 @@ bool NcclWork::done() {
 void NcclWork::wait_host(std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
   while (!done()) {
-    ncclResult_t async = ncclSuccess;
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      if (state_->comm != nullptr) MIRROR_NCCL_CHECK(ncclCommGetAsyncError(state_->comm, &async));
-    }
-    if (async != ncclSuccess && async != ncclInProgress) {
-      why = std::string("asynchronous error ") + ncclGetErrorString(async) + " during " + what_;
-    } else if (Clock::now() - start > timeout) {
+    std::string why = state_->review();
+    if (why.empty() && Clock::now() - start > timeout) {
       why = what_ + " did not complete within " + std::to_string(timeout.count()) + " ms";
     }
     if (!why.empty()) state_->abort(why);  // the whole clique (Note [NCCL clique])
@@ -296,12 +310,19 @@ void NcclWork::wait_host(std::chrono::milliseconds timeout) {
 }
 
 // ---------------------------------------------------------------- NcclCommunicator
-NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int index)
+NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclClique> clique, int index, int express)
     : clique_(std::move(clique)), state_(clique_->members.at(static_cast<std::size_t>(index))) {
   use_device(state_->device);
   ready_ = make_event();
   barrier_buf_ = Tensor::zeros({1}, DType::kFloat32, Device::cuda(state_->device));
+  if (express >= 0) express_ = std::make_unique<NcclCommunicator>(clique_, express);
   watchdog_ = std::thread([this] { watchdog(); });
+}
+
+dist::Communicator& NcclCommunicator::express() {
+  if (!express_) return *this;
+  express_->set_timeout(timeout());  // one timeout for both lanes (set by the owner thread)
+  return *express_;
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -311,6 +332,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   stop_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  express_.reset();
   // The last communicator of the clique finalizes and destroys them all together
   // (~NcclClique, Note [NCCL clique]); destroying one alone would hang in finalize.
   clique_.reset();
@@ -320,21 +342,51 @@ template <class Call>
 std::shared_ptr<NcclWork> NcclCommunicator::launch(const char* op, const std::string& tag,
                                                    std::vector<Tensor> keep, Call&& call) {
   DeviceContext& ctx = context(state_->device);
-  std::lock_guard<std::timed_mutex> enqueue(state_->enqueue);
   state_->throw_if_failed();
-  // The collective sees every kernel queued on the compute stream before this call.
-  MIRROR_CUDA_CHECK(cudaEventRecord(ready_, ctx.compute()));
-  MIRROR_CUDA_CHECK(cudaStreamWaitEvent(ctx.comm(), ready_, 0));
-  // The watchdog reads deadlines and this limit, never timeout() (set by the owner thread).
-  state_->enqueue_limit_ms = timeout().count();
+  // The watchdog and group ends read this, never timeout() (set by the owner thread).
+  state_->timeout_ms = timeout().count();
   auto work = std::make_shared<NcclWork>(state_, quoted(op, tag), std::move(keep), timeout());
-  MIRROR_NCCL_CHECK(call(state_->comm, ctx.comm()));
-  // Note [Group launch]: inside a group NCCL enqueues nothing until ncclGroupEnd.
-  if (group_depth > 0) {
-    group_pending.push_back(work);
-  } else {
-    work->record();
+  const bool grouped = nccl_group_open();
+  ncclResult_t r = ncclSuccess;
+  {
+    // Note [Comm gate]: the call holds the gate; inside a group, until the group's end.
+    std::unique_lock<std::mutex> gate = nccl_gate_lock(*state_);
+    const ncclComm_t comm = state_->gate.get_locked();
+    if (comm == nullptr) {
+      gate = {};
+      state_->throw_if_failed();  // failed and taken away by an abort
+      throw CommError("NCCL " + quoted(op, tag) + " on a communicator that was torn down");
+    }
+    // The collective sees every kernel queued on the compute stream before this call.
+    const cudaStream_t stream = lane_stream(*state_);
+    MIRROR_CUDA_CHECK(cudaEventRecord(ready_, ctx.compute()));
+    MIRROR_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));
+    r = call(comm, stream);
+    if (grouped) nccl_group_hold(*state_, std::move(gate));
   }
+  if (r != ncclSuccess && r != ncclInProgress) {
+    // A bad argument leaves the communicator usable (NCCL's rule); anything else is fatal. In a
+    // group the group's end aborts (this thread holds the gates until then).
+    if (!grouped && r != ncclInvalidArgument) {
+      state_->abort(quoted(op, tag) + ": " + ncclGetErrorString(r));
+    }
+    MIRROR_NCCL_CHECK(r);
+  }
+  // Note [Group launch]: inside a group NCCL enqueues nothing until ncclGroupEnd.
+  if (grouped) {
+    nccl_group_add(work);
+    return work;
+  }
+  if (r == ncclInProgress) {
+    // Note [Comm gate], rule 3: the enqueue finishes in the background (e.g. connecting to the
+    // peers on the first collective); nothing may be queued on the stream before it did.
+    NcclGateOps ops;
+    const std::string why = dist::detail::settle_call(
+        state_->gate, ops, Clock::now() + timeout(), "enqueueing NCCL " + quoted(op, tag));
+    if (!why.empty()) state_->abort(why);
+    state_->throw_if_failed();
+  }
+  work->record();
   return work;
 }
 
@@ -377,13 +429,33 @@ std::shared_ptr<dist::Work> NcclCommunicator::all_gather(const Tensor& in, Tenso
 }
 
 void NcclCommunicator::barrier() {
-  MIRROR_CHECK(group_depth == 0, CommError, "nccl barrier inside an open CollectiveGroup");
+  MIRROR_CHECK(!nccl_group_open(), CommError, "nccl barrier inside an open CollectiveGroup");
   auto work = launch(collective_name(Collective::kBarrier), "", {barrier_buf_},
                      [&](ncclComm_t comm, cudaStream_t s) {
                        return ncclAllReduce(barrier_buf_.raw_data(), barrier_buf_.raw_data(), 1,
                                             ncclFloat32, ncclSum, comm, s);
                      });
   work->wait_host(timeout());
+}
+
+void NcclCommunicator::settle() {
+  MIRROR_CHECK(!nccl_group_open(), CommError,
+               "NcclCommunicator::settle inside an open CollectiveGroup: end the group first");
+  use_device(state_->device);
+  const auto deadline = Clock::now() + timeout();
+  for (;;) {
+    bool idle = false;
+    std::string why = state_->review(&idle);
+    if (why.empty() && !idle && Clock::now() > deadline) {
+      why = "collectives still running " + std::to_string(timeout().count()) +
+            " ms after the step waited for them";
+    }
+    if (!why.empty()) state_->abort(why);
+    state_->throw_if_failed();
+    if (idle) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (express_) express().settle();
 }
 
 void NcclCommunicator::watchdog() {
@@ -396,143 +468,11 @@ void NcclCommunicator::watchdog() {
       }
     }
     if (!device_set) device_set = cudaSetDevice(state_->device) == cudaSuccess;
-    poll();
+    // One round: asynchronous errors, completed and overdue collectives. The clique takes
+    // every member's gate and mutex, so it is called holding neither (Note [NCCL clique]).
+    const std::string why = state_->review();
+    if (!why.empty()) state_->abort(why);
   }
-}
-
-void NcclCommunicator::poll() {
-  // Abort only between enqueues (the comm must not vanish under an NCCL call), unless an
-  // enqueue itself is stuck for longer than the timeout: then abort is the way out.
-  std::unique_lock<std::timed_mutex> enqueue(state_->enqueue, std::defer_lock);
-  const bool quiet =
-      enqueue.try_lock_for(std::chrono::milliseconds(state_->enqueue_limit_ms.load()));
-  const std::string why = overdue_or_failed(quiet);
-  // The clique takes every member's mutex, so it is called without ours (Note [NCCL clique]).
-  if (!why.empty()) state_->abort(why);
-}
-
-std::string NcclCommunicator::overdue_or_failed(bool quiet) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  if (state_->failed || state_->comm == nullptr) return "";
-  if (!quiet) return "an NCCL call blocked for longer than the timeout";
-  ncclResult_t async = ncclSuccess;
-  if (ncclCommGetAsyncError(state_->comm, &async) == ncclSuccess && async != ncclSuccess &&
-      async != ncclInProgress) {
-    const std::string during =
-        state_->outstanding.empty() ? "" : " during " + state_->outstanding.front().what;
-    return std::string("asynchronous error: ") + ncclGetErrorString(async) + during;
-  }
-  while (!state_->outstanding.empty() && done_quietly(*state_->outstanding.front().done)) {
-    state_->outstanding.pop_front();
-  }
-  const auto now = Clock::now();
-  for (const auto& p : state_->outstanding) {
-    if (now > p.deadline) return p.what + " did not complete within the communicator's timeout";
-  }
-  return "";
 }
 
 }  // namespace mirror::cuda
-
-// ---------------------------------------------------------------- factory and groups
-namespace mirror::dist {
-namespace {
-
-void nccl_group_start() {
-  MIRROR_NCCL_CHECK(ncclGroupStart());
-  ++cuda::group_depth;
-}
-
-void nccl_group_end() {
-  --cuda::group_depth;
-  const ncclResult_t r = ncclGroupEnd();
-  if (cuda::group_depth > 0) {  // an inner group: NCCL launches at the outermost end
-    MIRROR_NCCL_CHECK(r);
-    return;
-  }
-  const auto pending = std::move(cuda::group_pending);
-  cuda::group_pending.clear();
-  std::string error;
-  if (r != ncclSuccess) {
-    error = ncclGetErrorString(r);
-    const char* last = ncclGetLastError(nullptr);
-    if (last != nullptr && last[0] != '\0') error += std::string(" [") + last + "]";
-  }
-  // Note [Failed group launch] (distributed/comm_teardown.h): on failure, every communicator is
-  // aborted before any Work gives its tensors back.
-  cuda::NcclGroupLaunchOps ops;
-  const std::string failure =
-      detail::finish_group<cuda::NcclGroupLaunchOps>(ops, pending, "ncclGroupEnd", error);
-  MIRROR_CHECK(failure.empty(), CommError,
-               failure +
-                   "; every communicator of the group was aborted. Set NCCL_DEBUG=WARN for "
-                   "NCCL's own diagnosis");
-}
-
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators_cuda(
-    const std::vector<Device>& devices, const NcclBootstrap& boot) {
-  const int local = static_cast<int>(devices.size());
-  MIRROR_CHECK(local > 0, InvalidArgument, "make_nccl_communicators: no devices given");
-  std::set<int> seen;
-  for (const Device& d : devices) {
-    MIRROR_CHECK(d.is_cuda() && seen.insert(d.index).second, InvalidArgument,
-                 "make_nccl_communicators: expected distinct CUDA devices, got " + d.str());
-  }
-  MIRROR_CHECK(boot.first_rank >= 0 && boot.first_rank + local <= boot.world_size, InvalidArgument,
-               "make_nccl_communicators: replicas " + std::to_string(boot.first_rank) + ".." +
-                   std::to_string(boot.first_rank + local - 1) + " do not fit in a world of " +
-                   std::to_string(boot.world_size));
-  MIRROR_CHECK(boot.broadcast_from_root || local == boot.world_size, InvalidArgument,
-               "make_nccl_communicators: a clique spanning several processes needs "
-               "broadcast_from_root to share the ncclUniqueId");
-  for (const Device& d : devices) cuda::context(d.index);  // streams first; throws if unusable
-  ncclUniqueId id{};
-  if (boot.first_rank == 0) MIRROR_NCCL_CHECK(ncclGetUniqueId(&id));
-  if (boot.broadcast_from_root) boot.broadcast_from_root(&id, sizeof id);
-  std::vector<ncclComm_t> comms(devices.size(), nullptr);
-  // ncclCommInitRank blocks until every rank has joined, so one thread creating several
-  // communicators must do it inside a group.
-  MIRROR_NCCL_CHECK(ncclGroupStart());
-  ncclResult_t first_error = ncclSuccess;
-  for (int i = 0; i < local; ++i) {
-    cuda::use_device(devices[i].index);
-    const ncclResult_t r = ncclCommInitRank(&comms[i], boot.world_size, id, boot.first_rank + i);
-    if (r != ncclSuccess && first_error == ncclSuccess) first_error = r;
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  if (first_error != ncclSuccess || end != ncclSuccess) {
-    cuda::abort_comms(comms);  // together, like every abort (Note [Grouped teardown])
-    MIRROR_NCCL_CHECK(first_error);
-    MIRROR_NCCL_CHECK(end);
-  }
-  auto clique = std::make_shared<cuda::NcclClique>();
-  for (int i = 0; i < local; ++i) {
-    auto state = std::make_shared<cuda::NcclState>();
-    state->comm = comms[i];
-    state->device = devices[i].index;
-    state->rank = boot.first_rank + i;
-    state->size = boot.world_size;
-    state->index = i;
-    state->clique = clique;
-    clique->members.push_back(std::move(state));
-  }
-  // From here the clique owns the comms: if a constructor below throws, its destructor tears
-  // down every member together.
-  std::vector<std::unique_ptr<Communicator>> out;
-  for (int i = 0; i < local; ++i)
-    out.push_back(std::make_unique<cuda::NcclCommunicator>(clique, i));
-  return out;
-}
-
-}  // namespace
-
-DeviceCollectives nccl_collectives() {
-  DeviceCollectives c;
-  c.make_communicators = &make_nccl_communicators_cuda;
-  c.group_start = &nccl_group_start;
-  c.group_end = &nccl_group_end;
-  c.pinned_host_buffer = &make_pinned_host_buffer;
-  return c;
-}
-
-}  // namespace mirror::dist

@@ -17,10 +17,22 @@
 // than timeout(), it calls ncclCommAbort (which ends the stuck kernels), prints one line
 // naming the operation and its tag, and marks the communicator failed: every later call and
 // every Work::wait()/done() then throws CommError with that message, which takes the rank
-// down (docs/architecture.md invariant 6).
+// down (docs/architecture.md invariant 6). The failure is recorded before the kernels are ended,
+// so whoever waited on the device and then asks settle() (the step, before it applies anything)
+// sees it even when its Work::wait() had returned (Note [Failed step], strategy_step.cpp).
+// The communicators are non-blocking and every NCCL call holds the communicator's gate, so an
+// abort never frees a communicator another thread is inside a call on (Note [Comm gate],
+// distributed/comm_gate.h).
+//
+// Note [NCCL express lane]: synchronized BatchNorm's sums are small and a replica needs them at
+// once, while the gradient buckets launched before them may still be running; on the same
+// communicator and stream they would wait for every one of them. So each replica also has an
+// express communicator (ncclCommSplit of its main one, same ranks) on the device's express
+// stream: Communicator::express(). Both lanes see the collectives in the same host order on
+// every rank, which keeps two communicators on one GPU deadlock-free.
 //
 // Note [NCCL clique]: the communicators one make_nccl_communicators call creates (one per local
-// GPU, driven by one host thread) form a clique, NcclClique. They are aborted together, in one
+// GPU and lane, driven by one host thread) form a clique, NcclClique. They are aborted together, in one
 // ncclGroupStart/End: a stalled collective aborted on one of them would otherwise hang its
 // siblings; and they are finalized and destroyed together when the last of them is destroyed,
 // since finalize is an intra-node collective that one thread can only make for all its ranks in
@@ -39,6 +51,7 @@
 #include <vector>
 
 #include "cuda/handles.h"
+#include "distributed/comm_gate.h"
 #include "mirror/distributed/communicator.h"
 
 namespace mirror::cuda {
@@ -47,16 +60,16 @@ struct NcclClique;
 
 /// What a communicator and its Work objects share (a Work may outlive the communicator).
 struct NcclState {
-  ncclComm_t comm = nullptr;  // null once aborted or torn down
+  dist::detail::CommGate<ncclComm_t> gate;  // the comm and the lock of every NCCL call on it
   int device = 0, rank = 0, size = 0;
   int index = 0;                     // position in the clique
+  bool express = false;              // the express lane's communicator (its own stream)
   std::weak_ptr<NcclClique> clique;  // expires when its last communicator is destroyed
-  std::timed_mutex enqueue;          // held while NCCL calls are made on `comm`
-  std::mutex mutex;                  // guards everything below
+  std::mutex mutex;                  // guards everything below; taken after gate.calls()
   bool failed = false;
   std::string error;  // the CommError message once failed
-  /// Upper bound on one enqueue (the latest timeout()); read by the watchdog.
-  std::atomic<std::int64_t> enqueue_limit_ms{600000};
+  /// The latest timeout() of the communicator; read by the watchdog and by group ends.
+  std::atomic<std::int64_t> timeout_ms{600000};
   struct Pending {
     std::shared_ptr<Event> done;
     std::chrono::steady_clock::time_point deadline;  // launch + the timeout at launch
@@ -66,12 +79,16 @@ struct NcclState {
 
   /// Throws CommError if the communicator failed.
   void throw_if_failed();
-  /// Aborts this communicator and its whole clique (idempotent). The caller must not hold
-  /// `mutex` (the clique takes it after its own, Note [NCCL clique]).
+  /// Aborts this communicator and its whole clique (idempotent). The caller holds neither
+  /// `mutex` nor the gate.
   void abort(const std::string& why);
-  /// Marks the communicator failed with `message` and hands back its comm, now owned by the
-  /// caller (null if it had none or had already failed). Caller holds `mutex`.
-  ncclComm_t fail_locked(const std::string& message);
+  /// Marks the communicator failed with `message` unless it already is; true if it was not.
+  /// Caller holds `mutex`.
+  bool fail_locked(const std::string& message);
+  /// Why this communicator must be aborted ("" if it need not): an asynchronous NCCL error or
+  /// an outstanding collective past its deadline. Forgets completed collectives; `idle` (when
+  /// given) tells whether none is left.
+  std::string review(bool* idle = nullptr);
 };
 
 /// The communicators created together (Note [NCCL clique]).
@@ -79,8 +96,8 @@ struct NcclClique {
   std::mutex mutex;  // taken before any member's NcclState::mutex
   std::vector<std::shared_ptr<NcclState>> members;
 
-  /// Aborts every member in one group; member `origin` reports `why`, the others name it.
-  /// Idempotent: members that already failed are skipped.
+  /// Marks every member failed, takes their comms through their gates and aborts them in one
+  /// group; member `origin` reports `why`, the others name it. Idempotent.
   void abort(int origin, const std::string& why);
   /// Runs when the last communicator of the clique is destroyed: waits (bounded) for pending
   /// collectives, then finalizes and destroys every member together, or aborts them together
@@ -123,8 +140,9 @@ class NcclWork final : public dist::Work {
 
 class NcclCommunicator final : public dist::Communicator {
  public:
-  /// Drives member `index` of `clique` (whose NcclState holds an initialised ncclComm_t).
-  NcclCommunicator(std::shared_ptr<NcclClique> clique, int index);
+  /// Drives member `index` of `clique` (whose NcclState holds an initialised ncclComm_t), with
+  /// member `express` as its express lane (-1: none; Note [NCCL express lane]).
+  NcclCommunicator(std::shared_ptr<NcclClique> clique, int index, int express = -1);
   ~NcclCommunicator() override;
 
   int rank() const override { return state_->rank; }
@@ -137,16 +155,18 @@ class NcclCommunicator final : public dist::Communicator {
                                          const std::string& tag = "") override;
   /// A one-element all-reduce waited on the host (with the timeout).
   void barrier() override;
+  /// Waits on the host for every collective launched so far, polling NCCL's asynchronous error
+  /// and aborting at the timeout; throws CommError if this communicator failed or was aborted,
+  /// also after a Work::wait() had returned (Note [NCCL watchdog]).
+  void settle() override;
+  /// Note [NCCL express lane]; *this when it has none.
+  Communicator& express() override;
 
  private:
   template <class Call>
   std::shared_ptr<NcclWork> launch(const char* op, const std::string& tag, std::vector<Tensor> keep,
                                    Call&& call);
   void watchdog();
-  /// One watchdog round: async errors, completed and overdue collectives.
-  void poll();
-  /// Why this communicator must be aborted ("" if it need not); `quiet`: no enqueue is stuck.
-  std::string overdue_or_failed(bool quiet);
 
   std::shared_ptr<NcclClique> clique_;  // the last communicator of a clique tears it down
   std::shared_ptr<NcclState> state_;
@@ -156,6 +176,10 @@ class NcclCommunicator final : public dist::Communicator {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread watchdog_;
+  std::unique_ptr<NcclCommunicator> express_;
 };
+
+/// The stream `s`'s collectives run on: the device's comm() or express() stream.
+cudaStream_t lane_stream(const NcclState& s);
 
 }  // namespace mirror::cuda

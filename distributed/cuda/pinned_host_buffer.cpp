@@ -34,7 +34,7 @@ class PinnedHostBuffer final : public HostBuffer {
   void copy_to(Tensor& dst) override {
     check(dst, "copy_to");
     cuda::DeviceContext& ctx = cuda::context(dst.device().index);
-    std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
+    std::lock_guard<cuda::DeviceMutex> lock(ctx.mutex());
     MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), data_, dst.nbytes(), cudaMemcpyHostToDevice,
                                       ctx.compute()));
     MIRROR_CUDA_CHECK(cudaEventRecord(done_, ctx.compute()));
@@ -43,7 +43,7 @@ class PinnedHostBuffer final : public HostBuffer {
   void copy_from(const Tensor& src) override {
     check(src, "copy_from");
     cuda::DeviceContext& ctx = cuda::context(src.device().index);
-    std::lock_guard<std::recursive_mutex> lock(ctx.mutex());
+    std::lock_guard<cuda::DeviceMutex> lock(ctx.mutex());
     MIRROR_CUDA_CHECK(cudaMemcpyAsync(data_, src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost,
                                       ctx.compute()));
     MIRROR_CUDA_CHECK(cudaEventRecord(done_, ctx.compute()));

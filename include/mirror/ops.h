@@ -123,6 +123,42 @@ struct ChannelAffine {
 Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v);
 
+// ---------------------------------------------------------------- device batch normalisation
+/// Note [Device batch norm]: BatchNormalization's training step with everything on the tensors'
+/// device: its statistics, their sum over the replicas (synchronized BatchNorm: the ReplicaSum
+/// sums a device tensor, nn/layer.h) and the normalisation, and the same in backward. A GPU
+/// replica then never waits on the host inside a BN layer: its host thread only enqueues. The
+/// arithmetic is the layer's host path (nn/norm.cpp), coefficient for coefficient
+/// (src/math/batchnorm.h); the CPU implements the same ops (tests compare the two paths).
+/// Tensors: `x` [N, ...] seen as `v` (Note [Channel view]); `weights` float32 [N] (weight > 0: a
+/// real sample, else padding, left out of the statistics and given no gradient; undefined: all
+/// real); gamma, beta, the moving statistics [C] in x's dtype (gamma/beta undefined: 1 and 0).
+
+/// Per channel, over the real samples: sum of x, then sum of x^2; then the element count. A
+/// float64 [2C + 1] tensor on x's device.
+Tensor batchnorm_statistics(const Tensor& x, const Tensor& weights, const ChannelView& v);
+struct BatchNormNormalized {
+  Tensor y;      // gamma invstd (x - mean) + beta, shaped like x
+  Tensor saved;  // float64 [2C + 1]: mean, invstd per channel, then the count (for backward)
+};
+/// Normalises x with the statistics `stats` (batchnorm_statistics, summed over the replicas when
+/// synchronized; mean and biased variance); when the count is > 0, also moves the moving
+/// statistics towards them (moving = momentum moving + (1 - momentum) batch), in place.
+BatchNormNormalized batchnorm_normalize(const Tensor& x, const Tensor& stats, const Tensor& gamma,
+                                        const Tensor& beta, Tensor& moving_mean,
+                                        Tensor& moving_variance, double momentum, double epsilon,
+                                        const ChannelView& v);
+/// This replica's per-channel sums of dy and of dy * xhat (xhat = (x - mean) invstd): a float64
+/// [2C] tensor; adds them to gamma_grad and beta_grad (each when defined), the parameter
+/// gradients' local share.
+Tensor batchnorm_gradient_sums(const Tensor& dy, const Tensor& x, const Tensor& saved,
+                               Tensor& gamma_grad, Tensor& beta_grad, const ChannelView& v);
+/// dx = gamma invstd (dy - sum_dy / M - xhat sum_dy_xhat / M) with M the count in `saved` and
+/// `sums` the (replica-summed) batchnorm_gradient_sums; zero for padding samples.
+Tensor batchnorm_input_gradient(const Tensor& dy, const Tensor& x, const Tensor& saved,
+                                const Tensor& gamma, const Tensor& sums, const Tensor& weights,
+                                const ChannelView& v);
+
 /// Average pooling, NCHW. Padded positions are left out of each window's count (TensorFlow's
 /// "same" average pooling, cuDNN's COUNT_EXCLUDE_PADDING).
 Tensor avgpool2d_forward(const Tensor& x, const Pool2DGeometry& g);

@@ -53,6 +53,19 @@ class CpuKernels final : public KernelSet {
                                    const ops::ChannelView& v) override;
   Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                         const ops::ChannelView& v) override;
+  Tensor batchnorm_statistics(const Tensor& x, const Tensor& weights,
+                              const ops::ChannelView& v) override;
+  ops::BatchNormNormalized batchnorm_normalize(const Tensor& x, const Tensor& stats,
+                                               const Tensor& gamma, const Tensor& beta,
+                                               Tensor& moving_mean, Tensor& moving_variance,
+                                               double momentum, double epsilon,
+                                               const ops::ChannelView& v) override;
+  Tensor batchnorm_gradient_sums(const Tensor& dy, const Tensor& x, const Tensor& saved,
+                                 Tensor& gamma_grad, Tensor& beta_grad,
+                                 const ops::ChannelView& v) override;
+  Tensor batchnorm_input_gradient(const Tensor& dy, const Tensor& x, const Tensor& saved,
+                                  const Tensor& gamma, const Tensor& sums, const Tensor& weights,
+                                  const ops::ChannelView& v) override;
   Tensor avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) override;
   Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape,
                             const ops::Pool2DGeometry& g) override;

@@ -1,17 +1,24 @@
 // defines: AlgoCandidate and choose_algo, the convolution algorithm choice of conv.cpp as a pure
-// function of cuDNN's candidates and the workspace the allocator can give. Plain C++ (no cuDNN
-// header), so tests/ops_conv_algo_choice_test.cpp runs it without a GPU.
+// function of cuDNN's candidates, the math the precision policy allows and the workspace the
+// allocator can give. Plain C++ (no cuDNN header), so tests/ops_conv_algo_choice_test.cpp runs it
+// without a GPU.
 //
-// Note [Algorithm choice]: per problem shape, cuDNN's heuristics (cudnnGet*Algorithm_v7, no
-// trial runs) list candidates from the fastest expected down. A candidate qualifies when it
-// succeeded for this problem, is DETERMINISTIC (docs/architecture.md invariant 4) and uses FMA
-// math (no TF32 rounding, so results track the CPU). The choice is the first qualifying candidate
-// whose workspace fits in what the device allocator can give right now (`budget`), so a fast
-// algorithm with a huge workspace never turns into an OutOfMemory. When no qualifying candidate
-// fits, the always-available deterministic fallback (implicit GEMM / ALGO_1, small or no
-// workspace) runs. Both departures from cuDNN's first choice (a faster candidate skipped for its
-// workspace, or the fallback) come with a note, printed once per shape, since they can make
-// the convolution slower.
+// Note [Algorithm choice]: per problem shape and math mode, cuDNN's heuristics
+// (cudnnGet*Algorithm_v7, no trial runs) list candidates, each with the math type it runs in. A
+// candidate qualifies when it succeeded for this problem, is DETERMINISTIC (docs/architecture.md
+// invariant 4) and its math is allowed by the math mode in force (allowed_math): float32 keeps
+// exact FMA math, so results track the CPU; mixed_bfloat16 also allows tensor cores on float32
+// data (TF32, at least as precise as bf16); mixed_float16 also allows converting the operands to
+// fp16 for the tensor cores. Among the qualifying candidates whose workspace fits in what the
+// device allocator can give right now (`budget`), the fastest wins: by the time cuDNN reports
+// when it reports one for every qualifying candidate, else by cuDNN's own order (fastest
+// expected first). A fast algorithm with a huge workspace thus never turns into an OutOfMemory.
+// The chosen candidate's math type must be set on the convolution descriptor before the
+// algorithm runs (cuDNN's rule for the _v7 results). When no qualifying candidate fits, the
+// always-available deterministic fallback (implicit GEMM / ALGO_1, FMA math, small or no
+// workspace) runs. Both departures from the fastest qualifying candidate (one skipped for its
+// workspace, or the fallback) come with a note, printed once per shape, since they can make the
+// convolution slower.
 #pragma once
 
 #include <cstddef>
@@ -21,20 +28,36 @@
 
 namespace mirror::cuda {
 
+/// What a candidate computes in: exact FMA, tensor cores on float32 data (TF32), or tensor cores
+/// on operands converted to fp16.
+enum class AlgoMath { kFma, kTf32, kFp16 };
+
+/// The math each precision policy allows (Note [Algorithm choice]).
+struct MathAllowance {
+  bool tf32 = false;
+  bool fp16 = false;
+  bool allows(AlgoMath m) const {
+    return m == AlgoMath::kFma || (m == AlgoMath::kTf32 && tf32) || (m == AlgoMath::kFp16 && fp16);
+  }
+};
+
 struct AlgoCandidate {
   int algo = 0;
   std::string name;        // "IMPLICIT_PRECOMP_GEMM", for the note
   bool succeeded = false;  // cuDNN's status for this problem was success
   bool deterministic = false;
-  bool fma_math = false;
+  AlgoMath math = AlgoMath::kFma;
+  int math_type = 0;          // cuDNN's cudnnMathType_t of the candidate, set before it runs
   std::size_t workspace = 0;  // bytes this algorithm needs for this problem
+  float time_ms = -1;         // cuDNN's time for it; negative: not reported
 };
 
 struct AlgoChoice {
   int algo = 0;
+  int math_type = 0;  // to set on the convolution descriptor
   std::size_t workspace = 0;
   bool fallback = false;  // no qualifying candidate fitted
-  std::string note;       // "" when cuDNN's fastest qualifying candidate was taken
+  std::string note;       // "" when the fastest qualifying candidate was taken
 };
 
 inline std::string algo_bytes(std::size_t bytes) {
@@ -47,31 +70,64 @@ inline std::string algo_bytes(std::size_t bytes) {
   return text;
 }
 
-/// Note [Algorithm choice]. `candidates` in cuDNN's order; `budget`: the workspace bytes the
-/// allocator can give; `fallback`: the algorithm to run when no qualifying candidate fits.
-inline AlgoChoice choose_algo(std::span<const AlgoCandidate> candidates, std::size_t budget,
-                              const AlgoCandidate& fallback) {
-  std::string skipped;  // qualifying candidates that did not fit
+inline const char* algo_math_name(AlgoMath m) {
+  switch (m) {
+    case AlgoMath::kTf32:
+      return "TF32";
+    case AlgoMath::kFp16:
+      return "fp16";
+    case AlgoMath::kFma:
+      break;
+  }
+  return "FMA";
+}
+
+/// Note [Algorithm choice]. `candidates` in cuDNN's order; `allowed`: the math of the mode in
+/// force; `budget`: the workspace bytes the allocator can give; `fallback`: the algorithm to run
+/// when no qualifying candidate fits (FMA math).
+inline AlgoChoice choose_algo(std::span<const AlgoCandidate> candidates, MathAllowance allowed,
+                              std::size_t budget, const AlgoCandidate& fallback) {
+  auto qualifies = [&](const AlgoCandidate& c) {
+    return c.succeeded && c.deterministic && allowed.allows(c.math);
+  };
+  bool timed = false;  // every qualifying candidate has a time
   for (const AlgoCandidate& c : candidates) {
-    if (!c.succeeded || !c.deterministic || !c.fma_math) continue;
-    if (c.workspace <= budget) {
-      AlgoChoice choice{c.algo, c.workspace, false, ""};
-      if (!skipped.empty()) {
-        choice.note = "using " + c.name + " (" + algo_bytes(c.workspace) +
-                      " of workspace) instead of the faster " + skipped + "; only " +
-                      algo_bytes(budget) + " can be allocated";
-      }
-      return choice;
+    if (!qualifies(c)) continue;
+    if (c.time_ms < 0) {
+      timed = false;
+      break;
     }
+    timed = true;
+  }
+  // Earlier = faster: by the reported times, else by position in cuDNN's list.
+  auto faster = [&](const AlgoCandidate& a, const AlgoCandidate& b) {
+    return timed ? a.time_ms < b.time_ms : &a < &b;
+  };
+  const AlgoCandidate* best = nullptr;
+  for (const AlgoCandidate& c : candidates) {
+    if (qualifies(c) && c.workspace <= budget && (best == nullptr || faster(c, *best))) best = &c;
+  }
+  std::string skipped;  // qualifying candidates faster than `best` that do not fit
+  for (const AlgoCandidate& c : candidates) {
+    if (!qualifies(c) || c.workspace <= budget || (best != nullptr && !faster(c, *best))) continue;
     skipped += (skipped.empty() ? "" : ", ") + c.name + " (needs " + algo_bytes(c.workspace) + ")";
   }
-  AlgoChoice choice{fallback.algo, fallback.workspace, true, ""};
+  if (best != nullptr) {
+    AlgoChoice choice{best->algo, best->math_type, best->workspace, false, ""};
+    if (!skipped.empty()) {
+      choice.note = "using " + best->name + " (" + algo_math_name(best->math) + ", " +
+                    algo_bytes(best->workspace) + " of workspace) instead of the faster " +
+                    skipped + "; only " + algo_bytes(budget) + " can be allocated";
+    }
+    return choice;
+  }
+  AlgoChoice choice{fallback.algo, fallback.math_type, fallback.workspace, true, ""};
   choice.note = "falling back to " + fallback.name + " (" + algo_bytes(fallback.workspace) +
                 " of workspace), which may be slower: ";
   choice.note += skipped.empty()
                      ? "none of cuDNN's " + std::to_string(candidates.size()) +
-                           " candidates is deterministic with FMA math"
-                     : "the deterministic FMA candidates " + skipped + " need more than the " +
+                           " candidates is deterministic with an allowed math type"
+                     : "the deterministic candidates " + skipped + " need more than the " +
                            algo_bytes(budget) + " that can be allocated";
   return choice;
 }

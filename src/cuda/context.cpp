@@ -44,6 +44,7 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   use_device(device);
   compute_ = make_stream();
   comm_ = make_stream();
+  express_ = make_stream();
   cublasHandle_t blas = nullptr;
   MIRROR_CUBLAS_CHECK(cublasCreate(&blas));
   cublas_ = CublasHandle(blas);
@@ -73,46 +74,56 @@ DeviceContext::Staging* DeviceContext::staging_block(std::size_t bytes) {
     staging_.push_back(std::move(s));
     return staging_.back().get();
   }
-  // Pool full: wait for the first block that is large enough.
-  for (auto& s : staging_) {
-    if (s->bytes >= bytes) {
-      MIRROR_CUDA_CHECK(cudaEventSynchronize(s->done));
-      return s.get();
-    }
-  }
+  // Pool full: the copy goes unstaged. Waiting here for a block would block on the device with
+  // the lock held (Note [No device lock across a wait]).
   return nullptr;
 }
 
 void DeviceContext::upload(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   use_device(device_);
-  Staging* s = bytes <= kMaxStaged ? staging_block(bytes) : nullptr;
-  if (s == nullptr) {
+  Event done;
+  {
+    std::lock_guard<DeviceMutex> lock(mutex_);  // the staging pool and the stream order
+    if (Staging* s = bytes <= kMaxStaged ? staging_block(bytes) : nullptr) {
+      std::memcpy(s->host, src, bytes);
+      MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst, s->host, bytes, cudaMemcpyHostToDevice, compute_));
+      MIRROR_CUDA_CHECK(cudaEventRecord(s->done, compute_));
+      return;
+    }
     // Large (or unstageable) copy: the source must stay valid until the DMA has read it,
     // which only a wait guarantees for memory we do not own.
+    done = make_event();
     MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_));
-    MIRROR_CUDA_CHECK(cudaStreamSynchronize(compute_));
-    return;
+    MIRROR_CUDA_CHECK(cudaEventRecord(done, compute_));
   }
-  std::memcpy(s->host, src, bytes);
-  MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst, s->host, bytes, cudaMemcpyHostToDevice, compute_));
-  MIRROR_CUDA_CHECK(cudaEventRecord(s->done, compute_));
+  wait_unlocked(mutex_, [&] { MIRROR_CUDA_CHECK(cudaEventSynchronize(done)); });
 }
 
 void DeviceContext::download(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   use_device(device_);
-  MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
-  MIRROR_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  Event done = make_event();
+  {
+    std::lock_guard<DeviceMutex> lock(mutex_);
+    MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
+    MIRROR_CUDA_CHECK(cudaEventRecord(done, compute_));
+  }
+  // Note [No device lock across a wait]: the copy may wait for a collective that another
+  // thread's work on this device must first let through.
+  wait_unlocked(mutex_, [&] { MIRROR_CUDA_CHECK(cudaEventSynchronize(done)); });
 }
 
 void DeviceContext::synchronize() {
   use_device(device_);
   MIRROR_CUDA_CHECK(cudaStreamSynchronize(compute_));
   MIRROR_CUDA_CHECK(cudaStreamSynchronize(comm_));
+  MIRROR_CUDA_CHECK(cudaStreamSynchronize(express_));
 }
 
 int DeviceContext::read_and_clear_error() {
+  // The download lets go of the lock while it waits; the error word is meant for one thread per
+  // device (its replica's), which is the only one that runs validating kernels on it.
   int code = 0;
   download(&code, error_word_, sizeof code);
   if (code != 0) MIRROR_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof(int), compute_));

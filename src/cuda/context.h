@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/device_mutex.h"
 #include "cuda/handles.h"
 
 namespace mirror::cuda {
@@ -36,6 +37,12 @@ bool event_done(cudaEvent_t event);
 /// Key of the convolution-algorithm cache: kind (0 fwd, 1 bwd data, 2 bwd filter) and the
 /// problem geometry n, c, h, w, o, kh, kw, stride_h, stride_w, pad_h, pad_w.
 using ConvKey = std::array<int, 12>;
+/// A cached convolution choice: the algorithm and the cuDNN math type it runs in (Note
+/// [Algorithm choice], algo_choice.h).
+struct ConvAlgo {
+  int algo = 0;
+  int math_type = 0;
+};
 
 class DeviceContext {
  public:
@@ -46,18 +53,23 @@ class DeviceContext {
   int device() const { return device_; }
   cudaStream_t compute() const { return compute_; }
   cudaStream_t comm() const { return comm_; }
+  /// The stream of the express lane's collectives (Communicator::express()): small ones that
+  /// must not queue behind the gradient buckets on comm().
+  cudaStream_t express() const { return express_; }
   cublasHandle_t cublas() const { return cublas_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   /// Held by each KernelSet call for this device: cuBLAS/cuDNN handles and the caches below
-  /// are not safe for concurrent use by several host threads.
-  std::recursive_mutex& mutex() { return mutex_; }
-  std::map<ConvKey, int>& conv_algos() { return conv_algos_; }
+  /// are not safe for concurrent use by several host threads. Never held across a wait for the
+  /// device, nor together with another device's (Note [No device lock across a wait]).
+  DeviceMutex& mutex() { return mutex_; }
+  std::map<ConvKey, ConvAlgo>& conv_algos() { return conv_algos_; }
 
   /// Copies host memory to the device in compute-stream order. Small copies go through a
   /// pinned staging block and return at once (the caller may reuse `src` immediately);
   /// copies above the staging limit wait for completion.
   void upload(void* dst, const void* src, std::size_t bytes);
-  /// Copies device memory to the host after all queued compute work; blocks until done.
+  /// Copies device memory to the host after all queued compute work; blocks until done, with
+  /// this device's lock released meanwhile (Note [No device lock across a wait]).
   void download(void* dst, const void* src, std::size_t bytes);
   /// Waits for the compute and the communication stream.
   void synchronize();
@@ -76,11 +88,11 @@ class DeviceContext {
   Staging* staging_block(std::size_t bytes);
 
   int device_;
-  Stream compute_, comm_;
+  Stream compute_, comm_, express_;
   CublasHandle cublas_;
   CudnnHandle cudnn_;
-  std::recursive_mutex mutex_;
-  std::map<ConvKey, int> conv_algos_;
+  DeviceMutex mutex_;
+  std::map<ConvKey, ConvAlgo> conv_algos_;
   std::vector<std::unique_ptr<Staging>> staging_;
   std::size_t staging_bytes_ = 0;
   int* error_word_ = nullptr;

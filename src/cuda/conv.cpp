@@ -11,9 +11,10 @@
 // backward-filter correlates the padded input. Output sizes agree with Conv2DGeometry by
 // construction: (H + top + bottom - KH) / stride + 1 either way.
 //
-// Note [Algorithm choice] (algo_choice.h): chosen once per problem shape (cache in the
-// DeviceContext) from cuDNN's heuristics, preferring candidates whose workspace the device
-// allocator can give; the workspace is a uint8 Tensor from that allocator, so the steady state
+// Note [Algorithm choice] (algo_choice.h): chosen once per problem shape and math mode (cache
+// in the DeviceContext) from cuDNN's heuristics, among the candidates whose math type the mode
+// allows (tensor cores under mixed precision), preferring those whose workspace the device
+// allocator can give; the chosen candidate's math type is set on the descriptor before it runs; the workspace is a uint8 Tensor from that allocator, so the steady state
 // allocates nothing new. Should the cached choice's workspace later fail to allocate (memory
 // filled up since), the shape falls back for good, with a warning, instead of failing.
 #include <algorithm>
@@ -139,8 +140,44 @@ std::string algo_name(Dir dir, int algo) {
   return prefix + (algo >= 0 && algo < count ? std::string(names[algo]) : std::to_string(algo));
 }
 
-/// cudnnGet*WorkspaceSize for `algo`; false when cuDNN does not support it for this problem.
-bool workspace_size(DeviceContext& ctx, const ConvDescs& d, Dir dir, int algo, std::size_t* bytes) {
+/// What a cuDNN math type computes in, for float32 data (Note [Algorithm choice]).
+AlgoMath algo_math(cudnnMathType_t type) {
+  switch (type) {
+    case CUDNN_FMA_MATH:
+      return AlgoMath::kFma;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return AlgoMath::kFp16;
+    case CUDNN_DEFAULT_MATH:  // may use tensor cores on float32 data: TF32
+    case CUDNN_TENSOR_OP_MATH:
+      break;
+  }
+  return AlgoMath::kTf32;
+}
+
+/// The math the mode in force allows convolutions (Note [Algorithm choice]).
+MathAllowance allowed_math() {
+  switch (math_mode()) {
+    case MathMode::kFloat16:
+      return {true, true};
+    case MathMode::kBFloat16:
+      return {true, false};
+    case MathMode::kFloat32:
+      break;
+  }
+  return {false, false};
+}
+
+/// Sets the math type the next query or run of `d` uses.
+void set_math(const ConvDescs& d, int math_type) {
+  MIRROR_CUDNN_CHECK(
+      cudnnSetConvolutionMathType(d.conv, static_cast<cudnnMathType_t>(math_type)));
+}
+
+/// cudnnGet*WorkspaceSize for `algo` in `math_type` (left set on the descriptor); false when
+/// cuDNN does not support it for this problem.
+bool workspace_size(DeviceContext& ctx, const ConvDescs& d, Dir dir, int algo, int math_type,
+                    std::size_t* bytes) {
+  set_math(d, math_type);
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   switch (dir) {
     case kForward:
@@ -172,11 +209,14 @@ std::vector<AlgoCandidate> to_candidates(DeviceContext& ctx, const ConvDescs& d,
     c.algo = static_cast<int>(perf[i].algo);
     c.name = algo_name(dir, c.algo);
     c.deterministic = perf[i].determinism == CUDNN_DETERMINISTIC;
-    c.fma_math = perf[i].mathType == CUDNN_FMA_MATH;
+    c.math_type = static_cast<int>(perf[i].mathType);
+    c.math = algo_math(perf[i].mathType);
+    c.time_ms = perf[i].time;
     // The workspace query is the authority; the heuristics' `memory` may be 0 (not measured).
+    // It depends on the math type, so it is asked with the candidate's.
     std::size_t bytes = 0;
-    c.succeeded =
-        perf[i].status == CUDNN_STATUS_SUCCESS && workspace_size(ctx, d, dir, c.algo, &bytes);
+    c.succeeded = perf[i].status == CUDNN_STATUS_SUCCESS &&
+                  workspace_size(ctx, d, dir, c.algo, c.math_type, &bytes);
     c.workspace = std::max(bytes, perf[i].memory);
     out.push_back(c);
   }
@@ -188,19 +228,19 @@ std::vector<AlgoCandidate> candidates(DeviceContext& ctx, const ConvDescs& d, Di
   int count = 0;
   switch (dir) {
     case kForward: {
-      cudnnConvolutionFwdAlgoPerf_t perf[kMaxCandidates];
+      cudnnConvolutionFwdAlgoPerf_t perf[kMaxCandidates] = {};
       MIRROR_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), d.x, d.w, d.conv, d.y,
                                                                 kMaxCandidates, &count, perf));
       return to_candidates(ctx, d, dir, perf, count);
     }
     case kBackwardData: {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxCandidates];
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxCandidates] = {};
       MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           ctx.cudnn(), d.w, d.y, d.conv, d.x, kMaxCandidates, &count, perf));
       return to_candidates(ctx, d, dir, perf, count);
     }
     case kBackwardFilter: {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxCandidates];
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxCandidates] = {};
       MIRROR_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           ctx.cudnn(), d.x, d.y, d.conv, d.w, kMaxCandidates, &count, perf));
       return to_candidates(ctx, d, dir, perf, count);
@@ -238,39 +278,45 @@ void warn(const char* op, const ConvProblem& p, const std::string& note) {
                p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, note.c_str());
 }
 
-/// Note [Algorithm choice]: the cached algorithm of this shape and direction.
-int conv_algo(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
-              const char* op) {
-  auto [it, fresh] = ctx.conv_algos().try_emplace(key(dir, p), fallback_algo(dir));
+/// The always-available deterministic algorithm of a direction, in FMA math.
+ConvAlgo fallback_of(Dir dir) { return {fallback_algo(dir), static_cast<int>(CUDNN_FMA_MATH)}; }
+
+/// Note [Algorithm choice]: the cached algorithm (and math type) of this shape and direction.
+ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
+                   const char* op) {
+  auto [it, fresh] = ctx.conv_algos().try_emplace(key(dir, p), fallback_of(dir));
   if (!fresh) return it->second;
   AlgoCandidate fallback;
   fallback.algo = fallback_algo(dir);
+  fallback.math_type = static_cast<int>(CUDNN_FMA_MATH);
   fallback.name = algo_name(dir, fallback.algo);
-  (void)workspace_size(ctx, d, dir, fallback.algo, &fallback.workspace);
-  const AlgoChoice choice = choose_algo(candidates(ctx, d, dir), workspace_budget(ctx), fallback);
+  const std::vector<AlgoCandidate> found = candidates(ctx, d, dir);
+  (void)workspace_size(ctx, d, dir, fallback.algo, fallback.math_type, &fallback.workspace);
+  const AlgoChoice choice = choose_algo(found, allowed_math(), workspace_budget(ctx), fallback);
   if (!choice.note.empty()) warn(op, p, choice.note);
-  it->second = choice.algo;
-  return choice.algo;
+  it->second = {choice.algo, choice.math_type};
+  return it->second;
 }
 
-/// The workspace of `algo` (updated in place): should allocating it fail, the shape falls back
-/// to the direction's fallback algorithm from now on, with a warning.
+/// The workspace of `algo` (updated in place), with its math type set on the descriptor for the
+/// run: should allocating it fail, the shape falls back to the direction's fallback algorithm
+/// from now on, with a warning.
 Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
-                      int& algo, std::size_t& bytes, const char* op) {
+                      ConvAlgo& algo, std::size_t& bytes, const char* op) {
   const Device device = Device::cuda(ctx.device());
-  MIRROR_CHECK(
-      workspace_size(ctx, d, dir, algo, &bytes), InvalidArgument,
-      std::string(op) + ": cuDNN does not support " + algo_name(dir, algo) + " for this problem");
+  MIRROR_CHECK(workspace_size(ctx, d, dir, algo.algo, algo.math_type, &bytes), InvalidArgument,
+               std::string(op) + ": cuDNN does not support " + algo_name(dir, algo.algo) +
+                   " for this problem");
   if (bytes == 0) return {};
   try {
     return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8, device);
   } catch (const OutOfMemory& e) {
-    if (algo == fallback_algo(dir)) throw;
+    if (algo.algo == fallback_algo(dir)) throw;
     warn(op, p,
-         "the " + algo_bytes(bytes) + " workspace of " + algo_name(dir, algo) +
+         "the " + algo_bytes(bytes) + " workspace of " + algo_name(dir, algo.algo) +
              " could not be allocated (" + e.what() + "); falling back to " +
              algo_name(dir, fallback_algo(dir)) + " for this shape, which may be slower");
-    algo = fallback_algo(dir);
+    algo = fallback_of(dir);
     ctx.conv_algos()[key(dir, p)] = algo;
     return conv_workspace(ctx, p, d, dir, algo, bytes, op);
   }
@@ -304,13 +350,13 @@ Tensor CudaKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tenso
   const Tensor in = aligned_copy(conv_input(x, p, op.stream()));
   const Tensor wa = aligned_copy(w);
   const char* name = "conv2d_forward";
-  int algo = conv_algo(op.ctx(), p, d, kForward, name);
+  ConvAlgo algo = conv_algo(op.ctx(), p, d, kForward, name);
   std::size_t bytes = 0;
   const Tensor ws = conv_workspace(op.ctx(), p, d, kForward, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
   MIRROR_CUDNN_CHECK(cudnnConvolutionForward(
       op.ctx().cudnn(), &one, d.x, f32(in, name), d.w, f32(wa, name), d.conv,
-      static_cast<cudnnConvolutionFwdAlgo_t>(algo), ptr(ws), bytes, &zero, d.y, f32(y, name)));
+      static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), ptr(ws), bytes, &zero, d.y, f32(y, name)));
   if (bias.defined()) bias_add(y, bias);
   return y;
 }
@@ -324,14 +370,14 @@ Tensor CudaKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, cons
   const ConvDescs d(p);
   Tensor dx_in = Tensor::empty({p.n, p.c, p.h, p.w}, DType::kFloat32, dy.device());
   const char* name = "conv2d_backward_data";
-  int algo = conv_algo(op.ctx(), p, d, kBackwardData, name);
+  ConvAlgo algo = conv_algo(op.ctx(), p, d, kBackwardData, name);
   std::size_t bytes = 0;
   const Tensor ws = conv_workspace(op.ctx(), p, d, kBackwardData, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
   const Tensor wa = aligned_copy(w), dya = aligned_copy(dy);
   MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardData(op.ctx().cudnn(), &one, d.w, f32(wa, name), d.y,
                                                   f32(dya, name), d.conv,
-                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo),
+                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo),
                                                   ptr(ws), bytes, &zero, d.x, f32(dx_in, name)));
   if (!p.explicit_pad) return dx_in;
   Tensor dx = Tensor::empty(x_shape, DType::kFloat32, dy.device());
@@ -349,7 +395,7 @@ void CudaKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Ten
   const ConvDescs d(p);
   const Tensor in = aligned_copy(conv_input(x, p, op.stream()));
   const char* name = "conv2d_backward_weights";
-  int algo = conv_algo(op.ctx(), p, d, kBackwardFilter, name);
+  ConvAlgo algo = conv_algo(op.ctx(), p, d, kBackwardFilter, name);
   std::size_t bytes = 0;
   const Tensor ws = conv_workspace(op.ctx(), p, d, kBackwardFilter, algo, bytes, name);
   // beta = 1: dw += correlation(x, dy), ops.h's accumulate convention.
@@ -358,7 +404,7 @@ void CudaKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Ten
   Tensor out = aligned_copy(dw);  // Note [cuDNN alignment]: accumulate in a copy, copy back
   MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       op.ctx().cudnn(), &one, d.x, f32(in, name), d.y, f32(dya, name), d.conv,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ptr(ws), bytes, &one, d.w,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), ptr(ws), bytes, &one, d.w,
       f32(out, name)));
   if (!out.shares_storage_with(dw)) dw.copy_from(out);
   if (dbias.defined()) bias_grad(dy, dbias);

@@ -15,24 +15,28 @@
 namespace mirror::cuda {
 namespace {
 
-/// Copies between two GPUs: ordered after the source's queued work and before the
-/// destination's later work; the source stream waits for the copy before it may reuse `src`.
-void copy_peer(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes) {
-  DeviceContext& s = context(src_dev);
-  DeviceContext& d = context(dst_dev);
-  std::scoped_lock lock(s.mutex(), d.mutex());
-  use_device(src_dev);
-  Event ready = make_event();
-  MIRROR_CUDA_CHECK(cudaEventRecord(ready, s.compute()));
-  use_device(dst_dev);
-  MIRROR_CUDA_CHECK(cudaStreamWaitEvent(d.compute(), ready, 0));
-  MIRROR_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, d.compute()));
-  Event done = make_event();
-  MIRROR_CUDA_CHECK(cudaEventRecord(done, d.compute()));
-  use_device(src_dev);
-  MIRROR_CUDA_CHECK(cudaStreamWaitEvent(s.compute(), done, 0));
-  // Destroying recorded events is safe: CUDA releases them once they complete.
-}
+/// The CUDA calls of a peer copy (copy_between_devices, Note [No device lock across a wait]).
+struct CudaPeerCopyOps {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+  using Event = cuda::Event;
+  DeviceMutex& mutex(int device) { return context(device).mutex(); }
+  Event record(int device) {
+    use_device(device);
+    Event e = make_event();
+    MIRROR_CUDA_CHECK(cudaEventRecord(e, context(device).compute()));
+    return e;  // destroying a recorded event is safe: CUDA releases it once it completes
+  }
+  void wait(int device, const Event& e) {
+    use_device(device);
+    MIRROR_CUDA_CHECK(cudaStreamWaitEvent(context(device).compute(), e, 0));
+  }
+  void copy(int dst_dev, int src_dev) {
+    MIRROR_CUDA_CHECK(
+        cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, context(dst_dev).compute()));
+  }
+};
 
 /// Throws the CPU backend's message for a bad label (one host read of the offending value).
 [[noreturn]] void throw_bad_label(DeviceContext& ctx, const Tensor& labels, int code,
@@ -62,19 +66,18 @@ void CudaKernels::copy(void* dst, Device dst_device, const void* src, Device src
   if (bytes == 0) return;
   if (dst_device.is_cuda() && src_device.is_cuda()) {
     if (dst_device.index != src_device.index) {
-      return copy_peer(dst, dst_device.index, src, src_device.index, bytes);
+      CudaPeerCopyOps ops{dst, src, bytes};
+      return copy_between_devices(ops, dst_device.index, src_device.index);
     }
     DeviceContext& c = context(dst_device.index);
-    std::lock_guard<std::recursive_mutex> lock(c.mutex());
+    std::lock_guard<DeviceMutex> lock(c.mutex());
     MIRROR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c.compute()));
   } else if (dst_device.is_cuda()) {
     DeviceContext& c = context(dst_device.index);
-    std::lock_guard<std::recursive_mutex> lock(c.mutex());
+    std::lock_guard<DeviceMutex> lock(c.mutex());
     c.upload(dst, src, bytes);
   } else if (src_device.is_cuda()) {
-    DeviceContext& c = context(src_device.index);
-    std::lock_guard<std::recursive_mutex> lock(c.mutex());
-    c.download(dst, src, bytes);
+    context(src_device.index).download(dst, src, bytes);  // takes the lock while it enqueues
   } else {
     std::memcpy(dst, src, bytes);
   }
@@ -89,7 +92,7 @@ void CudaKernels::memset_zero(void* dst, std::size_t bytes) {
     return;
   }
   DeviceContext& c = context(attr.device);
-  std::lock_guard<std::recursive_mutex> lock(c.mutex());
+  std::lock_guard<DeviceMutex> lock(c.mutex());
   MIRROR_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, c.compute()));
 }
 
@@ -385,7 +388,7 @@ KernelSet& cuda_kernels() {
 namespace {
 void cuda_device_sleep(int device_index, std::int64_t microseconds, bool on_comm_stream) {
   cuda::DeviceContext& c = cuda::context(device_index);
-  std::lock_guard<std::recursive_mutex> lock(c.mutex());
+  std::lock_guard<cuda::DeviceMutex> lock(c.mutex());
   cuda::sleep(microseconds, on_comm_stream ? c.comm() : c.compute());
 }
 }  // namespace

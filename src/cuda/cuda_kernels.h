@@ -56,6 +56,19 @@ class CudaKernels final : public KernelSet {
                                    const ops::ChannelView& v) override;
   Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                         const ops::ChannelView& v) override;
+  Tensor batchnorm_statistics(const Tensor& x, const Tensor& weights,
+                              const ops::ChannelView& v) override;
+  ops::BatchNormNormalized batchnorm_normalize(const Tensor& x, const Tensor& stats,
+                                               const Tensor& gamma, const Tensor& beta,
+                                               Tensor& moving_mean, Tensor& moving_variance,
+                                               double momentum, double epsilon,
+                                               const ops::ChannelView& v) override;
+  Tensor batchnorm_gradient_sums(const Tensor& dy, const Tensor& x, const Tensor& saved,
+                                 Tensor& gamma_grad, Tensor& beta_grad,
+                                 const ops::ChannelView& v) override;
+  Tensor batchnorm_input_gradient(const Tensor& dy, const Tensor& x, const Tensor& saved,
+                                  const Tensor& gamma, const Tensor& sums, const Tensor& weights,
+                                  const ops::ChannelView& v) override;
   Tensor avgpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) override;
   Tensor avgpool2d_backward(const Tensor& dy, const Shape& x_shape,
                             const ops::Pool2DGeometry& g) override;
@@ -114,7 +127,7 @@ class OpScope {
 
  private:
   DeviceContext& ctx_;
-  std::lock_guard<std::recursive_mutex> lock_;
+  std::lock_guard<DeviceMutex> lock_;
 };
 
 /// Typed device pointer of a float32 tensor; other dtypes throw InvalidArgument naming the op

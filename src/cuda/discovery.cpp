@@ -16,6 +16,19 @@
 #define MIRROR_CUDA_MIN_ARCH 0  // lowest compute capability * 10 this build has code for
 #endif
 
+// Note [Pinned CUDA headers] (cmake/MirrorImportedLibraries.cmake): the headers the compiler saw
+// are the ones CMake found (the kit's pinned wheels), not another copy earlier on the path.
+#if defined(MIRROR_CUDNN_HEADER_VERSION) && MIRROR_CUDNN_HEADER_VERSION > 0
+static_assert(CUDNN_VERSION == MIRROR_CUDNN_HEADER_VERSION,
+              "cudnn.h is not the one in MIRROR_cudnn_INCLUDE_DIR: another cuDNN's headers come "
+              "first on the include path (Note [Pinned CUDA headers])");
+#endif
+#if defined(MIRROR_NCCL_HEADER_VERSION) && MIRROR_NCCL_HEADER_VERSION > 0
+static_assert(NCCL_VERSION_CODE == MIRROR_NCCL_HEADER_VERSION,
+              "nccl.h is not the one in MIRROR_nccl_INCLUDE_DIR: another NCCL's headers come "
+              "first on the include path (Note [Pinned CUDA headers])");
+#endif
+
 namespace mirror {
 namespace {
 

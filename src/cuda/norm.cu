@@ -12,8 +12,6 @@ namespace {
 
 __global__ void channel_sums_kernel(const float* a, const float* b, double* sums,
                                     std::int64_t outer, std::int64_t channels, std::int64_t inner) {
-  __shared__ double s1[kThreads];
-  __shared__ double s2[kThreads];
   const std::int64_t c = blockIdx.x, count = outer * inner;
   double x1 = 0, x2 = 0;
   for (std::int64_t k = threadIdx.x; k < count; k += kThreads) {
@@ -21,19 +19,10 @@ __global__ void channel_sums_kernel(const float* a, const float* b, double* sums
     x1 += a[at];
     x2 += static_cast<double>(a[at]) * b[at];
   }
-  s1[threadIdx.x] = x1;
-  s2[threadIdx.x] = x2;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) {
-      s1[threadIdx.x] += s1[threadIdx.x + half];
-      s2[threadIdx.x] += s2[threadIdx.x + half];
-    }
-    __syncthreads();
-  }
+  block_sum2(x1, x2);
   if (threadIdx.x == 0) {
-    sums[c] = s1[0];
-    sums[channels + c] = s2[0];
+    sums[c] = x1;
+    sums[channels + c] = x2;
   }
 }
 

@@ -2,6 +2,7 @@
 // ops::channel_sums / ops::channel_affine (Note [Channel view] in ops.h). Statistics are combined
 // on the host in double precision: they are a few values per channel, and the host is where the
 // cross-replica sums (MPI, in-process) are taken anyway.
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -57,7 +58,14 @@ Tensor mask_samples(const Tensor& t, const std::vector<double>& mask) {
   return ops::channel_affine(t, {}, {.ka = mask}, {1, n, t.numel() / n});
 }
 
+std::atomic<bool> device_batchnorm_everywhere{false};
+
+/// Note [Device batch norm]: GPUs take the device path (tests can ask for it everywhere).
+bool on_device_path(Device d) { return d.is_cuda() || device_batchnorm_everywhere.load(); }
+
 }  // namespace
+
+bool force_device_batchnorm(bool on) { return device_batchnorm_everywhere.exchange(on); }
 
 // ---------------------------------------------------------------- BatchNormalization
 
@@ -111,6 +119,8 @@ Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
   batch_stats_ = ctx.training;
   replica_sum_ = ctx.training && synchronized_ ? ctx.replica_sum : nullptr;
   mask_.clear();
+  device_path_ = ctx.training && synchronized_ && on_device_path(x.device());
+  if (device_path_) return forward_on_device(x, ctx, v);
   if (ctx.training) {
     // Sums, sums of squares and the element count over the real samples; summed over replicas
     // when synchronized (count-weighted by construction: a replica with fewer samples adds less).
@@ -165,6 +175,7 @@ Tensor BatchNormalization::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument,
                name() + " (batch_normalization): backward without forward");
   check_shape(dy, x_.shape(), (name() + " backward dy").c_str());
+  if (device_path_) return backward_on_device(dy);
   const ops::ChannelView v = view(x_);
   const auto c = static_cast<std::size_t>(v.channels);
   // Local sums of dy and dy * x: this replica's share of the parameter gradients (the bucket
@@ -205,6 +216,34 @@ Tensor BatchNormalization::backward(const Tensor& dy) {
   const Tensor dx = ops::channel_affine(dy, x_, {.ka = ka, .kb = kb, .cb = mean_, .k0 = k0}, v)
                         .reshape(dy.shape());
   return mask_.empty() ? dx : mask_samples(dx, mask_);
+}
+
+// Note [Device batch norm] (mirror/ops.h): the same steps as forward/backward above, with the
+// statistics, their replica sum and the coefficients kept on the device.
+Tensor BatchNormalization::forward_on_device(const Tensor& x, ForwardContext& ctx,
+                                             const ops::ChannelView& v) {
+  weights_ = ctx.sample_weights.defined() ? ctx.sample_weights.to(x.device()) : Tensor();
+  Tensor stats = ops::batchnorm_statistics(x, weights_, v);
+  if (replica_sum_ != nullptr) replica_sum_->sum_on_device(stats, name() + " statistics");
+  ops::BatchNormNormalized n =
+      ops::batchnorm_normalize(x, stats, scale_ ? gamma_.value : Tensor(),
+                               center_ ? beta_.value : Tensor(), moving_mean_.value,
+                               moving_variance_.value, momentum_, epsilon_, v);
+  saved_ = n.saved;
+  x_ = x;
+  return n.y.reshape(x.shape());
+}
+
+Tensor BatchNormalization::backward_on_device(const Tensor& dy) {
+  const ops::ChannelView v = view(x_);
+  Tensor none_g, none_b;
+  Tensor& gamma_grad = scale_ ? gamma_.grad : none_g;
+  Tensor& beta_grad = center_ ? beta_.grad : none_b;
+  Tensor sums = ops::batchnorm_gradient_sums(dy, x_, saved_, gamma_grad, beta_grad, v);
+  if (!input_grad_needed()) return {};
+  if (replica_sum_ != nullptr) replica_sum_->sum_on_device(sums, name() + " gradient sums");
+  return ops::batchnorm_input_gradient(dy, x_, saved_, scale_ ? gamma_.value : Tensor(), sums,
+                                       weights_, v);
 }
 
 nlohmann::json BatchNormalization::config() const {

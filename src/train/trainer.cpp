@@ -26,6 +26,7 @@ dist::StrategyOptions strategy_options(const TrainConfig& c) {
   o.buckets.bytes = static_cast<std::size_t>(c.bucket_mb * (1 << 20));
   o.buckets.first_bytes = static_cast<std::size_t>(c.first_bucket_mb * (1 << 20));
   o.compression = dist::parse_compression(c.compression);
+  o.device_comm = dist::parse_device_comm(c.comm);
   o.precision = parse_precision(c.precision);
   o.collective_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(c.comm_timeout_s * 1000));

@@ -73,6 +73,13 @@ if "${pins_py[@]}" compare --cudnn-include "$cudnn_inc" --nccl-include "$nccl_in
   fail "headers were taken for cuDNN 9.0.0 / NCCL 2.0.1: $(cat "$work/cmp.txt")"
 fi
 grep -q "^DIFFER (nvidia-cudnn-cu13 9.0.0.1 vs headers " "$work/cmp.txt" || fail "compare: $(cat "$work/cmp.txt")"
+# The versions the binary was compiled against (what the compiler saw, Note [Pinned CUDA headers]).
+"$doctor" --json >"$work/doctor.json"
+if "${pins_py[@]}" compare --doctor-json "$work/doctor.json" nvidia-cudnn-cu13==9.0.0.1 \
+    nvidia-nccl-cu13==2.28.9 >"$work/cmp2.txt"; then
+  fail "the binary was taken for cuDNN 9.0.0: $(cat "$work/cmp2.txt")"
+fi
+grep -q "^DIFFER (nvidia-cudnn-cu13 9.0.0.1 vs compiled " "$work/cmp2.txt" || fail "compare --doctor-json: $(cat "$work/cmp2.txt")"
 
 # ---- pack
 bash "$root/scripts/gpu_kit.sh" --build-dir "$build" --no-build --kit "$work/kit" \
@@ -82,7 +89,7 @@ grep -q "^SONAMEs vs the GPU machine's wheels .*: match$" "$work/pack.log" ||
 info="$work/kit/BUILD_INFO.txt"
 grep -qx "pinned by: torch 2.11.0: nvidia-cudnn-cu13==9.19.0.56 nvidia-nccl-cu13==2.28.9 (read from torch-2.11.0.METADATA)" "$info" ||
   fail "BUILD_INFO.txt does not record the pins: $(grep '^pinned' "$info")"
-grep -qx "pins vs compiled: match (nvidia-cudnn-cu13 9.19.0.56 vs headers 9.19.0; nvidia-nccl-cu13 2.28.9 vs headers 2.28.9)" "$info" ||
+grep -qx "pins vs compiled: match (nvidia-cudnn-cu13 9.19.0.56 vs compiled 9.19.0; nvidia-nccl-cu13 2.28.9 vs compiled 2.28.9)" "$info" ||
   fail "this build does not compile against torch 2.11.0's cuDNN/NCCL: $(grep '^pins vs' "$info") (scripts/gpu_kit.sh builds against the pinned wheels)"
 grep -qx "cudnn compiled: 9.19.0" "$info" || fail "$(grep '^cudnn compiled' "$info")"
 grep -qx "nccl compiled: 2.28.9" "$info" || fail "$(grep '^nccl compiled' "$info")"
@@ -150,11 +157,18 @@ for lib in cuDNN NCCL; do
 done
 if grep -q '^GPU: none usable' "$summary"; then
   grep -q "^PASS  gpu-flags-refused " "$summary" || fail "the GPU flags did not fail cleanly without a GPU"
-  for s in gpu-train-cnn gpu-train-gru-rows nccl-allreduce-1rank bench-train-gpu-cnn \
-           bench-train-gpu-gru memcheck-train-gru-rows memcheck-train-cnn torch-step-gpu; do
+  for s in gpu-one-step gpu-train-cnn gpu-train-gru-rows share-mpi-resnet-syncbn \
+           share-mpi-cnn-bf16-wire share-mpi-peer-killed nccl-allreduce-1rank bench-train-gpu-cnn \
+           bench-train-gpu-gru bench-train-gpu-resnet memcheck-train-gru-rows memcheck-train-cnn \
+           torch-step-gpu; do
     grep -q -E "^SKIP  $s +needs a GPU" "$summary" || fail "step $s: $(grep " $s " "$summary")"
   done
 fi
+# The stages come in order of value (smoke, numerics, two replicas on the GPU, benchmarks).
+grep -n "^== " "$summary" | cut -d' ' -f2 | tr -d '.\n' | grep -qx "1234" ||
+  fail "stages out of order: $(grep '^== ' "$summary")"
+grep -q -E "^SKIP  share-nccl-resnet-syncbn +needs a GPU" "$summary" ||
+  fail "the NCCL sharing step: $(grep ' share-nccl-resnet-syncbn ' "$summary")"
 grep -q "^OPAL_PREFIX=/tmp/mirror-gpukit\.[^/]*/mirror-kit/ompi$" "$work/out/all.log" ||
   fail "gpu_check.sh did not point OPAL_PREFIX at its private copy of the kit"
 # Open MPI / PMIx complaints about files they cannot find mean the relocation is incomplete.

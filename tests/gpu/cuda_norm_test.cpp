@@ -103,5 +103,47 @@ TEST_F(CudaNorm, ResNetStepMatchesTheCpu) {
   }
 }
 
+// Note [Device batch norm]: the device path's four ops on the GPU against the CPU, with padding.
+TEST_F(CudaNorm, DeviceBatchNormOpsMatchTheCpu) {
+  const Tensor x = random_tensor({4, 3, 5, 5}, 11, 2.0f), dy = random_tensor({4, 3, 5, 5}, 12);
+  const Tensor w = Tensor::from_vector<float>({1, 1, 0, 1}, {4});
+  const Tensor gamma = random_tensor({3}, 13), beta = random_tensor({3}, 14);
+  const ops::ChannelView v{4, 3, 25};
+  struct Run {
+    Tensor stats, y, saved, sums, dx, gg, gb, mm, mv;
+  };
+  auto run = [&](Device d) {
+    Run r;
+    r.mm = Tensor::zeros({3}, DType::kFloat32, d);
+    r.mv = Tensor::zeros({3}, DType::kFloat32, d);
+    ops::fill(r.mv, 1.0);
+    r.gg = Tensor::zeros({3}, DType::kFloat32, d);
+    r.gb = Tensor::zeros({3}, DType::kFloat32, d);
+    r.stats = ops::batchnorm_statistics(x.to(d), w.to(d), v);
+    ops::BatchNormNormalized n = ops::batchnorm_normalize(x.to(d), r.stats, gamma.to(d),
+                                                          beta.to(d), r.mm, r.mv, 0.9, 1e-3, v);
+    r.y = n.y;
+    r.saved = n.saved;
+    r.sums = ops::batchnorm_gradient_sums(dy.to(d), x.to(d), r.saved, r.gg, r.gb, v);
+    r.dx = ops::batchnorm_input_gradient(dy.to(d), x.to(d), r.saved, gamma.to(d), r.sums,
+                                         w.to(d), v);
+    return r;
+  };
+  const Run cpu = run(Device::cpu()), g = run(gpu());
+  // The float64 results compared as float32 (the test helpers read floats).
+  auto f32 = [](const Tensor& t) { return ops::cast(t.to(Device::cpu()), DType::kFloat32); };
+  expect_close(f32(g.stats), f32(cpu.stats), 1e-6, 1e-6, "statistics");
+  expect_close(f32(g.saved), f32(cpu.saved), 1e-6, 1e-6, "mean, invstd, count");
+  expect_close(g.y, cpu.y, 1e-5, 1e-6, "normalised");
+  expect_close(g.mm, cpu.mm, 1e-6, 1e-7, "moving mean");
+  expect_close(g.mv, cpu.mv, 1e-6, 1e-7, "moving variance");
+  expect_close(f32(g.sums), f32(cpu.sums), 1e-6, 1e-6, "gradient sums");
+  expect_close(g.gg, cpu.gg, 1e-5, 1e-6, "gamma gradient");
+  expect_close(g.gb, cpu.gb, 1e-5, 1e-6, "beta gradient");
+  expect_close(g.dx, cpu.dx, 1e-5, 1e-6, "input gradient");
+  const auto dx = g.dx.to(Device::cpu()).to_vector<float>();
+  for (std::size_t i = 2 * 75; i < 3 * 75; ++i) ASSERT_EQ(dx[i], 0.0f) << "padding sample " << i;
+}
+
 }  // namespace
 }  // namespace mirror

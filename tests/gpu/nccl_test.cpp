@@ -155,6 +155,44 @@ TEST_F(Nccl, BroadcastAndAllGather) {
   }
 }
 
+// Note [NCCL express lane]: a small collective on the express lane completes while the main
+// lane is still busy (here: asleep before a bucket), instead of queueing behind it.
+TEST_F(Nccl, TheExpressLaneDoesNotQueueBehindTheMainLane) {
+  std::vector<Tensor> big, small;
+  std::vector<std::shared_ptr<dist::Work>> slow, fast;
+  for (int i = 0; i < k(); ++i) {
+    big.push_back(Tensor::zeros({4096}, DType::kFloat32, devices_[i]));
+    small.push_back(Tensor::zeros({7}, DType::kFloat64, devices_[i]));
+  }
+  {
+    CollectiveGroup group;
+    for (int i = 0; i < k(); ++i) {
+      device_sleep(devices_[i], 10 * kSleep, /*on_comm_stream=*/true);  // the main lane is busy
+      slow.push_back(comms_[i]->all_reduce(big[i], big[i], dist::ReduceOp::kSum, "bucket 0"));
+    }
+  }
+  {
+    CollectiveGroup group;
+    for (int i = 0; i < k(); ++i) {
+      fast.push_back(
+          comms_[i]->express().all_reduce(small[i], small[i], dist::ReduceOp::kSum, "bn stats"));
+    }
+  }
+  for (int i = 0; i < k(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!fast[i]->done() && std::chrono::steady_clock::now() - start < 10 * kSleep) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(fast[i]->done()) << "replica " << i << ": the express lane waited";
+    EXPECT_FALSE(slow[i]->done()) << "replica " << i << ": the main lane did not sleep";
+  }
+  // settle() waits on the host for both lanes.
+  for (int i = 0; i < k(); ++i) comms_[i]->settle();
+  for (int i = 0; i < k(); ++i) EXPECT_TRUE(slow[i]->done()) << i;
+  for (auto& w : slow) w->wait();
+  for (auto& w : fast) w->wait();
+}
+
 TEST_F(Nccl, RejectsTensorsOnAnotherDevice) {
   Tensor cpu = Tensor::zeros({4});
   EXPECT_THROW(comms_[0]->all_reduce(cpu, cpu, dist::ReduceOp::kSum), InvalidArgument);

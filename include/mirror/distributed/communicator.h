@@ -45,6 +45,19 @@ class Communicator {
   virtual std::shared_ptr<Work> all_gather(const Tensor& in, Tensor& out,
                                            const std::string& tag = "") = 0;
   virtual void barrier() = 0;
+  /// Note [Failed step]: returns once every collective issued so far on this communicator has
+  /// completed, and throws CommError if any of them failed, timed out or was aborted -- also one
+  /// whose Work::wait() had already returned (on a GPU, wait() only orders the streams, and a
+  /// watchdog may abort the collective afterwards). The strategy calls it before a step reads
+  /// the reduced gradients, so a failed collective never becomes an update
+  /// (docs/architecture.md invariant 8). CPU communicators complete a collective by the end of
+  /// wait(), so theirs only reports a failure recorded since.
+  virtual void settle() {}
+  /// The communicator for small collectives a replica waits for at once (synchronized
+  /// BatchNorm's sums), which must not queue behind the large ones in flight (the gradient
+  /// buckets). Same replicas, ranks and ordering rule; each lane keeps its own order. The NCCL
+  /// communicator gives a second communicator on a stream of its own; others return *this.
+  virtual Communicator& express() { return *this; }
 
   /// Convenience: in-place all-reduce, waited.
   void all_reduce_sync(Tensor& t, ReduceOp op, const std::string& tag = "") {

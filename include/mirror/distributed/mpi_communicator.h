@@ -66,6 +66,8 @@ class MpiCommunicator final : public Communicator {
                                    const std::string& tag = "") override;
   /// Waits for everything issued before it, then for every rank.
   void barrier() override;
+  /// Throws CommError when an operation has failed (a timeout already ended the job).
+  void settle() override;
 
   /// Operations issued and not yet finished (queued or running).
   std::size_t pending() const;

@@ -30,6 +30,16 @@ enum class Compression { kNone, kFloat16, kBFloat16 };
 Compression parse_compression(const std::string& text);
 const char* compression_name(Compression c);
 
+/// How GPU replicas exchange tensors. kAuto and kNccl: NCCL between the GPUs. kMpi: MPI between
+/// ranks (and in-process sums between a rank's replicas) over page-locked host copies of the GPU
+/// tensors (Note [Staged collectives], distributed/staged_communicator.h), for machines without
+/// NCCL or with several ranks on one GPU that the loaded NCCL refuses. CPU replicas always use
+/// MPI and in-process collectives.
+enum class DeviceComm { kAuto, kNccl, kMpi };
+/// "auto", "nccl" or "mpi"; InvalidArgument otherwise (distributed/staged_communicator.cpp).
+DeviceComm parse_device_comm(const std::string& text);
+const char* device_comm_name(DeviceComm c);
+
 /// The loss a step minimises (Note [Float-target losses] in mirror/ops.h). Softmax
 /// cross-entropy takes class labels (int32 [n]); BCE and MSE take float targets [n, K] (or [n]
 /// when K == 1) as wide as the model's output.
@@ -71,6 +81,12 @@ struct StrategyOptions {
   /// adds dynamic loss scaling (Note [Loss scaling]). Parameters and optimizer state stay as
   /// built (float32).
   Precision precision = Precision::kFloat32;
+  /// The transport of GPU replicas (`--comm`).
+  DeviceComm device_comm = DeviceComm::kAuto;
+  /// Test seam: when set, each replica's communicator is replaced, right after it is created, by
+  /// what this returns for it (a decorator, e.g. one that fails on purpose). Leave empty.
+  std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>, int local_replica)>
+      wrap_communicator;
 };
 
 /// Checks that every device can run `precision` (InvalidArgument naming what a device lacks,

@@ -28,6 +28,8 @@ namespace mirror::nn {
 /// one replica with batch R*b computes (docs/architecture.md invariant 2). Unsynchronized, each
 /// replica normalises its own shard; the strategy averages the moving statistics across replicas
 /// at the end of every step so they never drift.
+/// Synchronized and training on a GPU, the layer runs Note [Device batch norm] (mirror/ops.h):
+/// statistics, their replica sum and the normalisation stay on the device.
 class BatchNormalization : public Layer {
  public:
   BatchNormalization(double momentum = 0.99, double epsilon = 1e-3, bool center = true,
@@ -58,7 +60,17 @@ class BatchNormalization : public Layer {
   double count_ = 0;                   // elements per channel in the (global) batch
   std::vector<double> mask_;           // per sample: 1 real, 0 padding; empty: all real
   ReplicaSum* replica_sum_ = nullptr;  // set when synchronized and training with replicas
+  // Note [Device batch norm]: the step ran on the device; these replace the host values above.
+  bool device_path_ = false;
+  Tensor saved_;    // float64 [2C + 1]: mean, invstd, count
+  Tensor weights_;  // the batch's sample weights on x's device (undefined: all real)
+  Tensor forward_on_device(const Tensor& x, ForwardContext& ctx, const ops::ChannelView& v);
+  Tensor backward_on_device(const Tensor& dy);
 };
+
+/// Tests: run synchronized BatchNormalization's device path (Note [Device batch norm]) on every
+/// device, the CPU included, instead of on GPUs only. Returns the previous setting.
+bool force_device_batchnorm(bool on);
 
 /// Keras LayerNormalization over the last axis (features of [N, F] or [N, T, F]): per row,
 /// y = gamma (x - mean) / sqrt(var + epsilon) + beta; gamma ones, beta zeros; epsilon 1e-3.

@@ -37,6 +37,14 @@ class ReplicaSum {
  public:
   virtual ~ReplicaSum() = default;
   virtual void sum(std::vector<double>& values, const std::string& tag) = 0;
+  /// Sums `values`, a float64 tensor on the replica's device, in place, in device order (Note
+  /// [Device batch norm], mirror/ops.h): on a GPU the work queued afterwards on the device sees
+  /// the sum while the host does not wait for it. The default goes through sum() on the host.
+  virtual void sum_on_device(Tensor& values, const std::string& tag) {
+    std::vector<double> host = values.to(Device::cpu()).to_vector<double>();
+    sum(host, tag);
+    values.copy_from(Tensor::from_vector(host, values.shape()));
+  }
 };
 
 /// Per-step information a forward pass needs besides the input.

@@ -71,6 +71,7 @@ struct TrainConfig {
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   std::string compression = "none";  // none | fp16 | bf16
+  std::string comm = "auto";         // GPU transport: auto | nccl | mpi (dist::DeviceComm)
   // float32 | mixed_bfloat16 | mixed_float16 (Note [Mixed precision], mirror/precision.h)
   std::string precision = "float32";
   int accumulation = 1;
