@@ -8,9 +8,13 @@
 #include "distributed/device_collectives.h"
 #include "mirror/error.h"
 #include "mirror/gpu.h"
+#include "mirror/data/image_decode.h"
 #if MIRROR_WITH_CUDA
 #include "cuda/cuda_backend.h"
 #include "distributed/cuda/nccl_collectives.h"
+#endif
+#if MIRROR_WITH_NVJPEG
+#include "cuda/nvjpeg_decoder.h"
 #endif
 
 namespace mirror {
@@ -35,6 +39,18 @@ void register_builtin_backends() {
       "CUDA toolkit)";
 #endif
   register_backend(DeviceType::kCuda, std::move(cuda));
+
+  // --decode gpu (mirror/data/image_decode.h).
+#if MIRROR_WITH_NVJPEG
+  data::register_gpu_image_decoder(&cuda::make_nvjpeg_decoder, "");
+#elif MIRROR_WITH_CUDA
+  data::register_gpu_image_decoder(
+      nullptr, "this Mirror was built without nvJPEG (scripts/install_nvjpeg.sh installs it; "
+               "then build again); decode with --decode cpu");
+#else
+  data::register_gpu_image_decoder(
+      nullptr, "this Mirror was built without CUDA, so without nvJPEG; decode with --decode cpu");
+#endif
 }
 
 const GpuReport& discover_gpus() {

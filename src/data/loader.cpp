@@ -150,6 +150,8 @@ std::shared_ptr<const std::vector<std::int64_t>> Loader::order_for(int epoch) co
   }
   if (compute) {
     try {
+      // A file that changed since the last epoch is an error naming it (shards, mapped arrays).
+      dataset_->check_unchanged();
       promise.set_value(std::make_shared<const std::vector<std::int64_t>>(
           epoch_order(*dataset_, options_, epoch)));
     } catch (...) {
@@ -194,46 +196,80 @@ void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
   auto* weights = batch.weights.data<float>();
   auto* ids = batch.sample_ids.data<std::int64_t>();
   const bool sequence = ds.is_sequence(), variable = ds.variable_length();
-  std::int32_t steps = 1;
   for (std::int64_t j = 0; j < b; ++j) {
     const std::int64_t k = offset + j;
     ids[j] = k < real ? order[first + k] : -1 - k;
+  }
+  // Float inputs are decoded first: a bad sample may be replaced (Note [Bad samples]), and the
+  // label, length and augmentation then follow the sample that was used.
+  const bool tokens = ds.input_dtype() == DType::kInt32;
+  if (!tokens) {
+    const Shape sample = ds.sample_shape();
+    const std::int64_t per = shape_numel(sample);
+    Shape shape = sample;
+    shape.insert(shape.begin(), b);
+    batch.inputs = Tensor::empty(shape, DType::kFloat32);
+    auto* dst = batch.inputs.data<float>();
+    for (std::int64_t j = 0; j < b; ++j) {
+      if (ids[j] >= 0) {
+        decode_or_replace(ids[j], dst + j * per);
+        augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
+      } else {
+        std::memset(dst + j * per, 0, sizeof(float) * per);
+      }
+    }
+  }
+  std::int32_t steps = 1;
+  for (std::int64_t j = 0; j < b; ++j) {
+    const bool is_real = ids[j] >= 0;
     if (!float_targets)
-      labels[j] = k < real ? ds.label(ids[j]) : 0;
-    else if (k < real)
+      labels[j] = is_real ? ds.label(ids[j]) : 0;
+    else if (is_real)
       ds.decode_target(ids[j], targets + j * target_numel);
-    weights[j] = k < real ? 1.0f : 0.0f;
+    weights[j] = is_real ? 1.0f : 0.0f;
     if (sequence) {
       // Padding samples get one step (variable) or the full length: a valid, all-zero input.
-      batch.lengths.push_back(k < real ? ds.length(ids[j]) : (variable ? 1 : ds.length(0)));
+      batch.lengths.push_back(is_real ? ds.length(ids[j]) : (variable ? 1 : ds.length(0)));
       steps = std::max(steps, batch.lengths.back());
     }
   }
-  if (ds.input_dtype() == DType::kInt32) {
-    batch.inputs = Tensor::empty({b, steps}, DType::kInt32);
-    auto* dst = batch.inputs.data<std::int32_t>();
-    for (std::int64_t j = 0; j < b; ++j) {
-      if (ids[j] >= 0)
-        ds.decode_tokens(ids[j], dst + j * steps, steps);
-      else
-        std::memset(dst + j * steps, 0, sizeof(std::int32_t) * steps);
-    }
-    return;
-  }
-  const Shape sample = ds.sample_shape();
-  const std::int64_t per = shape_numel(sample);
-  Shape shape = sample;
-  shape.insert(shape.begin(), b);
-  batch.inputs = Tensor::empty(shape, DType::kFloat32);
-  auto* dst = batch.inputs.data<float>();
+  if (!tokens) return;
+  batch.inputs = Tensor::empty({b, steps}, DType::kInt32);
+  auto* dst = batch.inputs.data<std::int32_t>();
   for (std::int64_t j = 0; j < b; ++j) {
-    if (ids[j] >= 0) {
-      ds.decode_float(ids[j], dst + j * per);
-      augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
-    } else {
-      std::memset(dst + j * per, 0, sizeof(float) * per);
+    if (ids[j] >= 0)
+      ds.decode_tokens(ids[j], dst + j * steps, steps);
+    else
+      std::memset(dst + j * steps, 0, sizeof(std::int32_t) * steps);
+  }
+}
+
+void Loader::decode_or_replace(std::int64_t& id, float* dst) const {
+  const Dataset& ds = *dataset_;
+  const std::int64_t n = ds.size();
+  for (std::int64_t tries = 0;; ++tries) {
+    try {
+      ds.decode_float(id, dst);
+      return;
+    } catch (const BadSample& e) {
+      if (!options_.skip_bad_samples) throw;
+      {
+        std::lock_guard lock(bad_mutex_);
+        if (bad_.size() < 1000) bad_.emplace(id, e.what());
+      }
+      MIRROR_CHECK(tries + 1 < n, DataError,
+                   std::string("--skip-bad-samples: no sample of the dataset can be decoded; "
+                               "the last error: ") +
+                       e.what());
+      if (tries == 0) ++replaced_;
+      id = (id + 1) % n;
     }
   }
+}
+
+std::map<std::int64_t, std::string> Loader::bad_samples() const {
+  std::lock_guard lock(bad_mutex_);
+  return bad_;
 }
 
 // ---------------------------------------------------------------- prefetch
