@@ -56,6 +56,17 @@ void check_nvjpeg(nvjpegStatus_t s, const char* call, const std::string& file) {
   throw Error("nvJPEG failed on " + (file.empty() ? std::string("setup") : file) + ": " + what);
 }
 
+/// nvJPEG decodes a truncated file without an error (the missing rows come out grey), where
+/// libjpeg-turbo warns and the CPU decoder refuses it. A complete JPEG ends with the EOI marker
+/// FF D9, possibly followed by a little padding: look for it in the last 4 KiB.
+void check_complete(std::span<const std::uint8_t> bytes, const std::string& name) {
+  const std::size_t from = bytes.size() > 4096 ? bytes.size() - 4096 : 0;
+  for (std::size_t i = bytes.size(); i >= from + 2; --i) {
+    if (bytes[i - 2] == 0xFF && bytes[i - 1] == 0xD9) return;
+  }
+  throw DataError(name + ": corrupt or truncated JPEG (no end-of-image marker FF D9 at its end)");
+}
+
 struct Slot {
   nvjpegJpegState_t state = nullptr;
   cudaStream_t stream = nullptr;
@@ -90,6 +101,7 @@ class NvjpegDecoder final : public data::ImageDecoder {
       return data::cpu_image_decoder()->decode(bytes, name);
     // The header checks (size, a CMYK image) are the CPU path's, so both refuse the same files.
     const data::ImageHeader header = data::read_image_header(bytes, name);
+    check_complete(bytes, name);
     MIRROR_CUDA_CHECK(cudaSetDevice(device_));
     Slot slot = take();
     try {
