@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
       "images", po::value(&images), "the image folder the `images` dataset reads")(
       "write-images", po::value(&write_dir),
       "write Fashion-MNIST as an image folder DIR/<class>/<n>.png|jpg and exit")(
-      "format", po::value(&format)->default_value("png"), "with --write-images: png | jpeg")(
+      "format", po::value(&format)->default_value("png"), "with --write-images: png | jpeg | npy (x.npy, y.npy)")(
       "split", po::value(&split)->default_value("train"), "with --write-images: train | test")(
       "limit", po::value(&limit)->default_value(0), "with --write-images: the first N images");
   po::variables_map vm;
@@ -208,9 +208,15 @@ int main(int argc, char** argv) {
   const bool own_work = work_dir.empty();
   try {
     if (!write_dir.empty()) {
-      MIRROR_CHECK(format == "png" || format == "jpeg", mirror::InvalidArgument,
-                   "--format must be png or jpeg, got '" + format + "'");
+      MIRROR_CHECK(format == "png" || format == "jpeg" || format == "npy", mirror::InvalidArgument,
+                   "--format must be png, jpeg or npy, got '" + format + "'");
       const auto [x, y] = fashion_arrays(data_dir, split == "test" ? Split::kTest : Split::kTrain);
+      if (format == "npy") {  // the same images as arrays: DIR/x.npy, DIR/y.npy
+        write_file(fs::path(write_dir) / "x.npy", encode_npy(x));
+        write_file(fs::path(write_dir) / "y.npy", encode_npy(y));
+        std::cout << "wrote " << x.shape[0] << " images into " << write_dir << "/x.npy\n";
+        return 0;
+      }
       write_images(x, y, write_dir, format, limit);
       std::cout << "wrote " << (limit > 0 ? std::min(limit, x.shape[0]) : x.shape[0]) << " "
                 << format << " images into " << write_dir << "\n";
