@@ -65,23 +65,48 @@ void bucket_by_length(std::vector<std::int64_t>& order, const Dataset& dataset, 
 
 }  // namespace
 
-std::vector<std::int64_t> epoch_order(const Dataset& dataset, const LoaderOptions& options,
-                                      int epoch) {
+namespace {
+
+void check_order_options(const LoaderOptions& options, int epoch) {
   MIRROR_CHECK(options.global_batch > 0, InvalidArgument,
                "global batch must be positive, got " + std::to_string(options.global_batch));
   MIRROR_CHECK(options.bucket_window > 0, InvalidArgument,
                "bucket_window must be positive, got " + std::to_string(options.bucket_window));
   MIRROR_CHECK(epoch >= 0, InvalidArgument, "epoch must be >= 0, got " + std::to_string(epoch));
+}
+
+std::mt19937_64 order_rng(const LoaderOptions& options, int epoch) {
+  return std::mt19937_64(
+      detail::splitmix64(options.seed ^ detail::splitmix64(static_cast<std::uint64_t>(epoch))));
+}
+
+}  // namespace
+
+std::vector<std::int64_t> epoch_order(const Dataset& dataset, const LoaderOptions& options,
+                                      int epoch) {
+  check_order_options(options, epoch);
   std::vector<std::int64_t> order(static_cast<std::size_t>(dataset.size()));
   std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(
-      detail::splitmix64(options.seed ^ detail::splitmix64(static_cast<std::uint64_t>(epoch))));
+  std::mt19937_64 rng = order_rng(options, epoch);
   if (options.shuffle) detail::shuffle(order, rng);
   if (options.bucket_by_length) {
     bucket_by_length(order, dataset, options.global_batch, options.bucket_window, options.shuffle,
                      rng);
   }
   return order;
+}
+
+EpochOrder::EpochOrder(const Dataset& dataset, const LoaderOptions& options, int epoch)
+    : size_(dataset.size()) {
+  if (options.bucket_by_length || size_ > static_cast<std::int64_t>(UINT32_MAX)) {
+    wide_ = epoch_order(dataset, options, epoch);
+    return;
+  }
+  check_order_options(options, epoch);
+  compact_.resize(static_cast<std::size_t>(size_));
+  std::iota(compact_.begin(), compact_.end(), 0u);
+  std::mt19937_64 rng = order_rng(options, epoch);
+  if (options.shuffle) detail::shuffle(compact_, rng);
 }
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, ShardSpec shard, LoaderOptions options)
@@ -131,9 +156,9 @@ Loader::~Loader() { stop_workers(); }
 /// Each epoch's order is computed once, outside the lock, by whichever thread asks first; the
 /// others wait on its future. (Computing under the lock would stall every worker's batch of
 /// the current epoch while one precomputes the next.)
-std::shared_ptr<const std::vector<std::int64_t>> Loader::order_for(int epoch) const {
-  std::promise<std::shared_ptr<const std::vector<std::int64_t>>> promise;
-  std::shared_future<std::shared_ptr<const std::vector<std::int64_t>>> order;
+std::shared_ptr<const EpochOrder> Loader::order_for(int epoch) const {
+  std::promise<std::shared_ptr<const EpochOrder>> promise;
+  std::shared_future<std::shared_ptr<const EpochOrder>> order;
   bool compute = false;
   {
     std::lock_guard lock(order_mutex_);
@@ -152,8 +177,7 @@ std::shared_ptr<const std::vector<std::int64_t>> Loader::order_for(int epoch) co
     try {
       // A file that changed since the last epoch is an error naming it (shards, mapped arrays).
       dataset_->check_unchanged();
-      promise.set_value(std::make_shared<const std::vector<std::int64_t>>(
-          epoch_order(*dataset_, options_, epoch)));
+      promise.set_value(std::make_shared<const EpochOrder>(*dataset_, options_, epoch));
     } catch (...) {
       promise.set_exception(std::current_exception());
     }
@@ -173,13 +197,12 @@ Batch Loader::make_batch(int epoch, std::int64_t step) const {
   return batch;
 }
 
-void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
-                          std::int64_t step) const {
+void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t step) const {
   const Dataset& ds = *dataset_;
   const std::int64_t B = options_.global_batch, b = local_batch_;
   const std::int64_t first = step * B;  // position of the global batch in the order
   const std::int64_t real =
-      std::min<std::int64_t>(B, static_cast<std::int64_t>(order.size()) - first);
+      std::min<std::int64_t>(B, order.size() - first);
   const std::int64_t offset = shard_.replica * b;  // this replica's slice in the global batch
   batch.global_count = real;
   // Class labels are int32 [b]; float targets float32 [b, target...] (zeros for padding).

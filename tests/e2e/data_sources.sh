@@ -32,6 +32,9 @@ run() {
   # shellcheck disable=SC2086
   timeout -k 5 300 mpirun --oversubscribe --bind-to none -np "$np" "$train" "${common[@]}" \
     ${flags[$source]} --checkpoint-dir "${CK:-$work/ck-$name}" "$@" >"$name.out" 2>&1
+  local status=$?
+  [ "$status" -eq 0 ] || echo "[$name: exit code $status]" >>"$name.out"
+  return "$status"
 }
 
 for source in npy shards images; do
@@ -55,7 +58,7 @@ for source in npy shards images; do
     name="$source-${np}${devices##* }"
     name="${name//:/x}"
     # shellcheck disable=SC2086
-    run "$name" "$np" "$source" $devices --data-workers 2 || fail "$name: $(tail -3 "$name.out")"
+    run "$name" "$np" "$source" $devices --data-workers 2 || fail "$name: $(tail -8 "$name.out")"
     compare "$work/ck-$source-1" "$work/ck-$name" || fail "$name: weights differ from 1 rank's"
   done
 done
