@@ -32,7 +32,7 @@ done
 printf "%-8s %-8s %8s %12s\n" format loader workers images/s
 for format in png jpeg; do
   dir="$work/$format"
-  cat "$dir"/*/* >/dev/null  # into the page cache
+  find "$dir" -type f -exec cat {} + >/dev/null  # into the page cache
   for workers in 1 2; do
     rate="$("$build/bin/loader-bench" --datasets images --images "$dir" --threads "$workers" \
       --seconds "$seconds" | awk '$1 == "images" {print $4}')"

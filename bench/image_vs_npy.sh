@@ -20,7 +20,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$build/bin/loader-bench" --write-images "$work/images" --format png >/dev/null
 "$build/bin/loader-bench" --write-images "$work/npy" --format npy >/dev/null
-cat "$work"/images/*/* >/dev/null
+find "$work/images" -type f -exec cat {} + >/dev/null
 printf "%-8s %12s %16s %s\n" source samples/s "data wait (s)" "loader"
 for source in npy images npy images; do
   if [ "$source" = npy ]; then data=(--train-x "$work/npy/x.npy" --train-y "$work/npy/y.npy")
