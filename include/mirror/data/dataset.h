@@ -87,7 +87,8 @@ class Dataset {
   /// in a scan at load: data read from disk per batch that is too large to read twice.
   virtual bool checks_at_batch() const { return false; }
   /// Throws DataError naming the file when a file the data is read from changed since it was
-  /// opened; the Loader calls it as each epoch starts. In-memory data never changes.
+  /// opened; the Loader calls it when it prepares each epoch's order (at the epoch's start, or a
+  /// few batches before it while prefetching). In-memory data never changes.
   virtual void check_unchanged() const {}
   /// Names of the classes (label order) when the data has them (image folders); else empty.
   virtual std::vector<std::string> class_names() const { return {}; }
