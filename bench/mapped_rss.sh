@@ -20,24 +20,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/mapped-rss-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 printf "%8s %10s %22s %10s %12s\n" "data MB" samples "peak RSS per rank (MB)" "wall s" samples/s
 for mb in "${sizes[@]}"; do
-  python3 - "$work" "$mb" <<'PY'
-import os, struct, sys
-out, mb = sys.argv[1], int(sys.argv[2])
-n = mb * 10**6 // 784
-def header(descr, shape):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d," % d for d in shape))
-    h += " " * (64 - (10 + len(h) + 1) % 64) + "\n"
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode()
-block = 8192
-noise = os.urandom(784 * block)
-with open(out + "/x.npy", "wb") as f:
-    f.write(header("|u1", (n, 1, 28, 28)))
-    for start in range(0, n, block):
-        f.write(noise[:784 * min(block, n - start)])
-with open(out + "/y.npy", "wb") as f:
-    f.write(header("<i8", (n,)))
-    f.write(b"".join(struct.pack("<q", i % 10) for i in range(n)))
-PY
+  python3 "$root/tests/e2e/make_data_sources.py" --noise "$work" "$mb" >/dev/null
   samples=$((mb * 1000000 / 784))
   start=$(date +%s.%N)
   mpirun --oversubscribe --bind-to none -np 2 /usr/bin/time -f "peak-rss-kb %M" "$build/bin/mirror-train" \

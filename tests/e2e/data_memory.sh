@@ -29,26 +29,9 @@ echo $((limit_mb << 20)) >"$cg/memory.limit_in_bytes"
 # No swap in the way: a process over the limit is killed, not paged out.
 [ -f "$cg/memory.memsw.limit_in_bytes" ] && echo $((limit_mb << 20)) >"$cg/memory.memsw.limit_in_bytes" 2>/dev/null
 
-# Written outside the cgroup: uint8 [N, 1, 28, 28] of noise with a class-dependent band.
-python3 - "$work" "$data_mb" <<'PY' || { echo "FAIL: writing the data"; exit 1; }
-import os, struct, sys
-out, mb = sys.argv[1], int(sys.argv[2])
-n = (mb << 20) // 784
-def header(descr, shape):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, "".join("%d," % d for d in shape))
-    h += " " * (64 - (10 + len(h) + 1) % 64) + "\n"
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode()
-block = 4096
-noise = os.urandom(784 * block)
-with open(out + "/x.npy", "wb") as f:
-    f.write(header("|u1", (n, 1, 28, 28)))
-    for start in range(0, n, block):
-        f.write(noise[:784 * min(block, n - start)])
-with open(out + "/y.npy", "wb") as f:
-    f.write(header("<i8", (n,)))
-    f.write(b"".join(struct.pack("<q", i % 10) for i in range(n)))
-print("wrote %d samples, %.0f MiB" % (n, os.path.getsize(out + "/x.npy") / 2**20))
-PY
+# Written outside the cgroup: uint8 [N, 1, 28, 28] of noise, labels i % 10.
+python3 "$root/tests/e2e/make_data_sources.py" --noise "$work" $((data_mb * 1048576 / 1000000)) ||
+  { echo "FAIL: writing the data"; exit 1; }
 # The written pages are cached and charged to this shell's cgroup, not the test's.
 
 in_cgroup() { (echo "$BASHPID" >"$cg/cgroup.procs" && exec "$@"); }

@@ -8,6 +8,9 @@
 and the same for a test split under OUT/test-*. The samples are sorted by class, then by index,
 which is the order an image folder lists them in, so the three sources hold the same dataset.
 Usage: make_data_sources.py OUT [TRAIN_N [TEST_N]]
+       make_data_sources.py --noise OUT MB   (OUT/x.npy: MB * 10^6 bytes of uint8 [N, 1, 28, 28]
+                                              noise, OUT/y.npy: labels i % 10; for the memory
+                                              test and bench/mapped_rss.sh)
 """
 import os
 import random
@@ -18,12 +21,17 @@ import zlib
 CLASSES = ["ankle", "bag", "coat"]
 
 
-def npy(path, descr, shape, payload):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+def header(descr, shape):
+    """A .npy version 1.0 header, padded to 64 bytes as NumPy writes it."""
+    text = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
         descr, "".join("%d," % d for d in shape))
-    header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+    text += " " * (64 - (10 + len(text) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode()
+
+
+def npy(path, descr, shape, payload):
     with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload)
+        f.write(header(descr, shape) + payload)
 
 
 def png(path, width, height, pixels):
@@ -75,7 +83,23 @@ def write(out, prefix, data, shard_sizes):
         png(os.path.join(folder, "%05d.png" % index), 28, 28, pix)
 
 
+def noise(out, mb):
+    n = mb * 10**6 // 784
+    block = 8192
+    chunk = os.urandom(784 * block)
+    with open(os.path.join(out, "x.npy"), "wb") as f:
+        npy_header = header("|u1", (n, 1, 28, 28))
+        f.write(npy_header)
+        for start in range(0, n, block):
+            f.write(chunk[:784 * min(block, n - start)])
+    labels = b"".join(struct.pack("<q", i % 10) for i in range(n))
+    npy(os.path.join(out, "y.npy"), "<i8", (n,), labels)
+    print("wrote %d samples, %.0f MiB" % (n, os.path.getsize(os.path.join(out, "x.npy")) / 2**20))
+
+
 def main():
+    if sys.argv[1] == "--noise":
+        return noise(sys.argv[2], int(sys.argv[3]))
     out = sys.argv[1]
     train_n = int(sys.argv[2]) if len(sys.argv) > 2 else 192
     test_n = int(sys.argv[3]) if len(sys.argv) > 3 else 48
