@@ -75,3 +75,39 @@ function(mirror_header_version out header major minor patch)
   math(EXPR code "${x} * 10000 + ${y} * 100 + ${z}")
   set(${out} ${code} PARENT_SCOPE)
 endfunction()
+
+# MirrorDeps::turbojpeg: libjpeg-turbo's TurboJPEG API (Debian: libturbojpeg0-dev), which decodes
+# the JPEGs of image folders. Sets MirrorDeps_turbojpeg_FOUND.
+macro(mirror_find_turbojpeg)
+  mirror_import_library(MirrorDeps::turbojpeg turbojpeg.h turbojpeg "${ARGN}")
+  if(TARGET MirrorDeps::turbojpeg)
+    set(MirrorDeps_turbojpeg_FOUND TRUE)
+  else()
+    set(MirrorDeps_turbojpeg_FOUND FALSE)
+  endif()
+endmacro()
+
+# MirrorDeps::nvjpeg: nvJPEG for --decode gpu, beside the CUDA toolkit or where
+# scripts/install_nvjpeg.sh puts NVIDIA's wheel (/opt/mirror/nvjpeg). Optional: without it the
+# CUDA build says that --decode gpu is unavailable. Sets MirrorDeps_nvjpeg_FOUND.
+macro(mirror_find_nvjpeg)
+  set(_mirror_nvjpeg_hints ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_DIR}
+                           /opt/mirror/nvjpeg/include /opt/mirror/nvjpeg/lib ${ARGN})
+  if(NOT TARGET MirrorDeps::nvjpeg)
+    find_path(MIRROR_nvjpeg_INCLUDE_DIR NAMES nvjpeg.h HINTS ${_mirror_nvjpeg_hints})
+    # The wheel ships only the versioned name.
+    find_library(MIRROR_nvjpeg_LIBRARY NAMES nvjpeg libnvjpeg.so.13 libnvjpeg.so.12
+                 HINTS ${_mirror_nvjpeg_hints})
+    if(MIRROR_nvjpeg_INCLUDE_DIR AND MIRROR_nvjpeg_LIBRARY)
+      add_library(MirrorDeps::nvjpeg UNKNOWN IMPORTED)
+      set_target_properties(MirrorDeps::nvjpeg PROPERTIES
+        IMPORTED_LOCATION "${MIRROR_nvjpeg_LIBRARY}"
+        INTERFACE_INCLUDE_DIRECTORIES "${MIRROR_nvjpeg_INCLUDE_DIR}")
+    endif()
+  endif()
+  if(TARGET MirrorDeps::nvjpeg)
+    set(MirrorDeps_nvjpeg_FOUND TRUE)
+  else()
+    set(MirrorDeps_nvjpeg_FOUND FALSE)
+  endif()
+endmacro()

@@ -23,12 +23,15 @@ constexpr const char* kAbout =
     "The model is rebuilt from the spec the checkpoint records and runs in inference mode\n"
     "(BatchNormalization's moving statistics, no dropout). Inputs: .npy/IDX float or uint8\n"
     "samples (uint8 scaled by 1/255 as in training), int32/int64 [N, T] token ids, a CSV of\n"
-    "feature columns, or token text. Output: float32 [N, outputs] in input order.\n"
+    "feature columns, token text, or images (--input-images). Output: float32 [N, outputs] in\n"
+    "input order (and with --output-classes a CSV of each sample's class).\n"
     "Exit status: 0 done, 2 bad flags or input (the message says what was expected), 1 other.\n\n"
     "Options";
 
 struct Flags {
   std::string checkpoint, input, input_csv, input_tokens, output, output_kind = "logits";
+  std::vector<std::string> input_images;
+  std::string output_classes;
   std::string label_column, input_shape;
   bool tokens_labeled = false;
   bool allow_extra_tensors = false;
@@ -58,11 +61,20 @@ mirror::Shape parse_shape(const std::string& text) {
   return dims;
 }
 
-pr::Inputs read_inputs(const Flags& f, std::string& what) {
-  const int given = !f.input.empty() + !f.input_csv.empty() + !f.input_tokens.empty();
+pr::Inputs read_inputs(const Flags& f, std::string& what, const pr::InputSpec& spec,
+                       std::vector<std::string>& files) {
+  const int given = !f.input.empty() + !f.input_csv.empty() + !f.input_tokens.empty() +
+                    !f.input_images.empty();
   MIRROR_CHECK(given == 1, mirror::InvalidArgument,
-               "give exactly one of --input, --input-csv, --input-tokens (got " +
+               "give exactly one of --input, --input-csv, --input-tokens, --input-images (got " +
                    std::to_string(given) + ")");
+  if (!f.input_images.empty()) {
+    MIRROR_CHECK(f.input_shape.empty(), mirror::InvalidArgument,
+                 "--input-shape does not apply to --input-images: images are resized to the "
+                 "model's input");
+    what = f.input_images.size() == 1 ? f.input_images.front() : "--input-images";
+    return pr::read_image_input(f.input_images, spec, files);
+  }
   MIRROR_CHECK(f.label_column.empty() || !f.input_csv.empty(), mirror::InvalidArgument,
                "--label-column applies to --input-csv only");
   if (!f.input.empty()) {
@@ -109,6 +121,7 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
   if (!sel.warning.empty() && rt.world_rank() == 0) std::cerr << sel.warning;
   pr::CheckpointModel ck;
   pr::Inputs inputs;
+  std::vector<std::string> files;  // --input-images: each sample's file
   mirror::nn::Sequential model;
   int code = agreed(rt, [&] {
     MIRROR_CHECK(!f.checkpoint.empty() && !f.output.empty(), mirror::InvalidArgument,
@@ -119,11 +132,12 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     MIRROR_CHECK(f.batch_size >= 1, mirror::InvalidArgument,
                  "--batch-size must be >= 1, got " + std::to_string(f.batch_size));
     ck = pr::load_checkpoint_model(f.checkpoint);
-    std::string what;
-    inputs = read_inputs(f, what);
-    if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
     model = pr::build_model(ck, sel.devices.at(0), f.allow_extra_tensors);
-    pr::check_inputs(inputs, pr::input_spec(model), what);
+    std::string what;
+    const pr::InputSpec spec = pr::input_spec(model);
+    inputs = read_inputs(f, what, spec, files);
+    if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
+    pr::check_inputs(inputs, spec, what);
   });
   if (code) return code;
   const std::int64_t n = inputs.count(), r = rt.world_rank(), size = rt.world_size();
@@ -159,9 +173,17 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
       read[k % size] += static_cast<std::size_t>(rows * classes);
     }
     pr::write_npy(f.output, shape, all);
+    if (!f.output_classes.empty()) pr::write_class_csv(f.output_classes, all, classes, ck.classes, files);
     std::cerr << "mirror-predict: " << n << " samples -> " << f.output << " (" << f.output_kind
               << " " << mirror::shape_str(shape) << ", model '" << ck.spec.name() << "' from "
               << ck.file.string() << ", step " << ck.step << ")\n";
+    if (!ck.classes.empty()) {
+      std::cerr << "mirror-predict: classes (output order):";
+      for (const auto& c : ck.classes) std::cerr << " " << c;
+      std::cerr << "\n";
+    }
+    if (!f.output_classes.empty())
+      std::cerr << "mirror-predict: predicted classes -> " << f.output_classes << "\n";
   });
 }
 
@@ -177,6 +199,12 @@ int main(int argc, char** argv) {
       "input-csv", po::value(&f.input_csv), "samples: a CSV of numeric feature columns")(
       "label-column", po::value(&f.label_column),
       "with --input-csv: a column to drop (name or 0-based index), e.g. the training label")(
+      "input-images", po::value(&f.input_images)->multitoken(),
+      "samples: JPEG/PNG files or folders of them (every image below, sorted), resized to the "
+      "model's input as in training")(
+      "output-classes", po::value(&f.output_classes),
+      "also write a CSV: each sample (its file for images) and its predicted class (named when "
+      "the checkpoint records class names, as a model trained on --train-images does)")(
       "input-tokens", po::value(&f.input_tokens),
       "samples: token text, one sequence of ids per line (0 = padding)")(
       "tokens-labeled", po::bool_switch(&f.tokens_labeled),

@@ -56,6 +56,19 @@ po::options_description make_options() {
       "num-classes", po::value<int>(), "classes of the data files (default: max label + 1)")(
       "input-shape", po::value<std::string>(),
       "reshape each array sample, e.g. 1,28,28 (default: as stored)")(
+      "train-images", po::value<std::string>(),
+      "training images: a folder with one subfolder of JPEG/PNG files per class")(
+      "test-images", po::value<std::string>(), "test images (as --train-images, same classes)")(
+      "image-size", po::value<std::string>(),
+      "resize images to HEIGHT,WIDTH (default: the first image's size)")(
+      "color", po::value<std::string>(),
+      "auto | grayscale | rgb: image channels (default auto: the first image's mode)")(
+      "decode", po::value<std::string>(), "cpu | gpu: where JPEGs are decoded (gpu: nvJPEG)")(
+      "data-workers", po::value<int>(),
+      "loader threads per replica that decode and batch ahead of the step (default: cores / "
+      "local replicas, 1 to 4)")(
+      "skip-bad-samples",
+      "replace a sample that cannot be decoded by the next good one, and count them")(
       "data", po::value<std::string>(), "built-in data: real | synthetic (default real)")(
       "data-dir", po::value<std::string>(),
       "Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)")(
@@ -162,6 +175,13 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("test-tokens", c.test_tokens);
   set("num-classes", c.num_classes);
   set("input-shape", c.input_shape);
+  set("train-images", c.train_images);
+  set("test-images", c.test_images);
+  set("image-size", c.image_size);
+  set("color", c.color);
+  set("decode", c.decode);
+  set("data-workers", c.data_workers);
+  if (vm.count("skip-bad-samples")) c.skip_bad_samples = true;
   set("data", c.data);
   set("data-dir", c.data_dir);
   set("dict-dir", c.dict_dir);

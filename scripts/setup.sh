@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libdnnl-dev
   libboost-program-options-dev zlib1g-dev nlohmann-json3-dev
+  libturbojpeg0-dev libpng-dev
   libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
@@ -20,6 +21,8 @@ missing=()
 for p in "${packages[@]}" "${optional[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# nvJPEG for --decode gpu, when the CUDA toolkit lacks it (optional: only warns).
+"$(dirname "${BASH_SOURCE[0]}")/install_nvjpeg.sh"
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
   exit 0

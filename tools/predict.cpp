@@ -16,6 +16,7 @@
 #include "mirror/data/arrays.h"
 #include "mirror/data/csv.h"
 #include "mirror/data/idx.h"
+#include "mirror/data/image_folder.h"
 #include "mirror/data/npy.h"
 #include "mirror/data/token_text.h"
 #include "mirror/error.h"
@@ -71,6 +72,16 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
                     e.what() +
                     "); a checkpoint of a C++ Task that builds its own model cannot be rebuilt "
                     "here: predict with the program that trained it");
+  }
+  if (const auto classes = meta.find("mirror.classes"); classes != meta.end()) {
+    const auto names = nlohmann::json::parse(classes->second, nullptr, false);
+    MIRROR_CHECK(names.is_array(), DataError,
+                 out.file.string() + ": metadata 'mirror.classes' is not a JSON list of names");
+    for (const auto& n : names) {
+      MIRROR_CHECK(n.is_string(), DataError,
+                   out.file.string() + ": metadata 'mirror.classes' holds a non-string name");
+      out.classes.push_back(n.get<std::string>());
+    }
   }
   if (const auto step = meta.find("mirror.step"); step != meta.end()) {
     const std::string& text = step->second;
@@ -191,6 +202,53 @@ Inputs read_array_input(const std::string& path) {
     in.floats[static_cast<std::size_t>(i)] = static_cast<float>(v);
   }
   return in;
+}
+
+Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
+                        std::vector<std::string>& files) {
+  const Shape& s = spec.sample_shape;
+  MIRROR_CHECK(!spec.tokens && s.size() == 3 && (s[0] == 1 || s[0] == 3) && s[1] > 0 && s[2] > 0,
+               InvalidArgument,
+               "--input-images: the checkpoint's model reads " +
+                   (spec.tokens ? std::string("token ids") : "samples " + shape_str(s)) +
+                   ", not images [1 or 3 channels, height, width]");
+  data::ImageFolderOptions o;
+  o.height = static_cast<int>(s[1]);
+  o.width = static_cast<int>(s[2]);
+  o.color = s[0] == 1 ? data::ColorMode::kGrayscale : data::ColorMode::kRgb;
+  o.check_threads = 4;
+  const auto ds = data::load_image_files(paths, o);
+  Inputs in;
+  in.shape = {ds->size(), s[0], s[1], s[2]};
+  const std::int64_t per = shape_numel(s);
+  in.floats.resize(static_cast<std::size_t>(ds->size() * per));
+  files.clear();
+  for (std::int64_t i = 0; i < ds->size(); ++i) {
+    ds->decode_float(i, in.floats.data() + i * per);
+    files.push_back(data::image_file_of(*ds, i));
+  }
+  return in;
+}
+
+void write_class_csv(const std::string& path, const std::vector<float>& outputs,
+                     std::int64_t classes, const std::vector<std::string>& class_names,
+                     const std::vector<std::string>& names) {
+  std::string text = "sample,class\n";
+  const std::int64_t rows = classes > 0 ? static_cast<std::int64_t>(outputs.size()) / classes : 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* v = outputs.data() + r * classes;
+    const auto best = std::max_element(v, v + classes) - v;
+    const bool named = static_cast<std::int64_t>(class_names.size()) == classes;
+    text += (r < static_cast<std::int64_t>(names.size()) ? names[static_cast<std::size_t>(r)]
+                                                         : std::to_string(r)) +
+            "," + (named ? class_names[static_cast<std::size_t>(best)] : std::to_string(best)) +
+            "\n";
+  }
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  MIRROR_CHECK(f != nullptr, Error, "cannot write " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = std::fclose(f) == 0;
+  MIRROR_CHECK(ok && closed, Error, "cannot write " + path + ": " + std::strerror(errno));
 }
 
 namespace {

@@ -19,6 +19,7 @@ struct CheckpointModel {
   std::int64_t step = 0;        // 'mirror.step' (0 when absent)
   nn::ModelSpec spec;           // bound
   train::NamedTensors weights;  // parameters and buffers (no optimizer state)
+  std::vector<std::string> classes;  // 'mirror.classes': an image folder's class names, or empty
 };
 
 /// Reads FILE, or the newest valid checkpoint of DIR (each corrupt one skipped is listed in the
@@ -55,6 +56,17 @@ Inputs read_array_input(const std::string& path);
 /// A CSV of numeric feature columns (a header row is detected as in training); `label_column`
 /// (a name or 0-based index) is dropped when given, so a training file can be used as is.
 Inputs read_csv_input(const std::string& path, const std::string& label_column);
+/// Images (files, or folders: every .jpg/.jpeg/.png below them, in sorted path order) decoded
+/// as mirror-train's image folders are, to the model's input: [C, H, W] with C 1 (grayscale) or
+/// 3 (RGB). `files` receives each sample's file. InvalidArgument when the model does not read
+/// images; DataError naming the file (and its index) for a bad image.
+Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
+                        std::vector<std::string>& files);
+/// Writes "sample,class" lines: each row's arg-max class, named by `classes` when it has them;
+/// `names` (one per row, e.g. the image files) or the row index names the sample.
+void write_class_csv(const std::string& path, const std::vector<float>& outputs,
+                     std::int64_t classes, const std::vector<std::string>& class_names,
+                     const std::vector<std::string>& names);
 /// Token text: one sequence per line, ids separated by spaces or tabs, padded with 0 to the
 /// longest line; `labeled` skips the first field (the training format "label id id ...").
 Inputs read_token_input(const std::string& path, bool labeled);

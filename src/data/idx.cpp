@@ -235,28 +235,27 @@ std::vector<std::uint8_t> gunzip(std::span<const std::uint8_t> file, const std::
   return out;
 }
 
+ElementType idx_element_type(std::uint8_t type) {
+  switch (type) {
+    case 0x09:
+      return ElementType::kInt8;
+    case 0x0B:
+      return ElementType::kInt16;
+    case 0x0C:
+      return ElementType::kInt32;
+    case 0x0D:
+      return ElementType::kFloat32;
+    case 0x0E:
+      return ElementType::kFloat64;
+    default:
+      return ElementType::kUInt8;
+  }
+}
+
 NumericArray idx_to_numeric(IdxArray array) {
   NumericArray out;
   out.shape = std::move(array.dims);
-  switch (array.type) {
-    case 0x09:
-      out.type = ElementType::kInt8;
-      break;
-    case 0x0B:
-      out.type = ElementType::kInt16;
-      break;
-    case 0x0C:
-      out.type = ElementType::kInt32;
-      break;
-    case 0x0D:
-      out.type = ElementType::kFloat32;
-      break;
-    case 0x0E:
-      out.type = ElementType::kFloat64;
-      break;
-    default:
-      out.type = ElementType::kUInt8;
-  }
+  out.type = idx_element_type(array.type);
   const int size = element_size(out.type);
   for (std::size_t i = 0; size > 1 && i + size <= array.bytes.size(); i += size)
     std::reverse(array.bytes.begin() + static_cast<std::ptrdiff_t>(i),
@@ -265,17 +264,13 @@ NumericArray idx_to_numeric(IdxArray array) {
   return out;
 }
 
-IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
-                   const IdxLimits& limits) {
-  const bool gzip = is_gzip(file);
-  std::unique_ptr<ByteSource> src;
-  if (gzip)
-    src = std::make_unique<GzipSource>(file, name);
-  else
-    src = std::make_unique<RawSource>(file, name);
+namespace {
 
+/// Reads and checks the magic and the dimensions; returns the payload's byte count.
+std::uint64_t read_idx_header(ByteSource& src, const std::string& name, const IdxLimits& limits,
+                              IdxArray& out, std::string& dims_text) {
   std::uint8_t magic[4];
-  read_exact(*src, magic, 4, name, "IDX magic number");
+  read_exact(src, magic, 4, name, "IDX magic number");
   const std::string found =
       "0x" + hex2(magic[0]) + hex2(magic[1]) + hex2(magic[2]) + hex2(magic[3]);
   MIRROR_CHECK(
@@ -293,11 +288,9 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
                    std::to_string(limits.max_rank) + "]; the header is corrupt");
 
   std::uint8_t raw_dims[4 * 255];
-  read_exact(*src, raw_dims, 4 * static_cast<std::size_t>(rank), name, "IDX dimensions");
-  IdxArray out;
+  read_exact(src, raw_dims, 4 * static_cast<std::size_t>(rank), name, "IDX dimensions");
   out.type = magic[2];
   std::uint64_t total = idx_element_size(out.type);
-  std::string dims_text;
   for (int i = 0; i < rank; ++i) {
     const std::uint8_t* p = raw_dims + 4 * i;
     const std::uint64_t d = (std::uint64_t{p[0]} << 24) | (std::uint64_t{p[1]} << 16) |
@@ -313,9 +306,48 @@ IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
                      std::to_string(limits.max_bytes) + " bytes; the header is corrupt");
     total *= d;
   }
+  return total;
+}
+
+}  // namespace
+
+IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
+                   const IdxLimits& limits) {
+  const bool gzip = is_gzip(file);
+  std::unique_ptr<ByteSource> src;
+  if (gzip)
+    src = std::make_unique<GzipSource>(file, name);
+  else
+    src = std::make_unique<RawSource>(file, name);
+  IdxArray out;
+  std::string dims_text;
+  const std::uint64_t total = read_idx_header(*src, name, limits, out, dims_text);
   read_payload(*src, out.bytes, total, name, "IDX payload (dimensions " + dims_text + ")");
   src->expect_end();
   return out;
+}
+
+IdxHeader parse_idx_header(std::span<const std::uint8_t> file, const std::string& name,
+                           const IdxLimits& limits) {
+  RawSource src(file, name);
+  IdxArray array;
+  std::string dims_text;
+  IdxHeader h;
+  h.data_bytes = read_idx_header(src, name, limits, array, dims_text);
+  h.dims = std::move(array.dims);
+  h.type = array.type;
+  h.data_offset = 4 + 4 * h.dims.size();
+  const std::uint64_t present = file.size() - h.data_offset;
+  MIRROR_CHECK(present >= h.data_bytes, DataError,
+               name + ": file ends inside the IDX payload (dimensions " + dims_text +
+                   "): expected " + std::to_string(h.data_bytes) + " bytes, found " +
+                   std::to_string(present) +
+                   " (the header disagrees with the file size); the file is truncated or corrupt");
+  MIRROR_CHECK(present == h.data_bytes, DataError,
+               name + ": " + std::to_string(present - h.data_bytes) +
+                   " bytes after the data the IDX header describes; the file is corrupt or not "
+                   "the IDX file expected");
+  return h;
 }
 
 std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::string& hint) {

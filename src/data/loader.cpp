@@ -65,23 +65,48 @@ void bucket_by_length(std::vector<std::int64_t>& order, const Dataset& dataset, 
 
 }  // namespace
 
-std::vector<std::int64_t> epoch_order(const Dataset& dataset, const LoaderOptions& options,
-                                      int epoch) {
+namespace {
+
+void check_order_options(const LoaderOptions& options, int epoch) {
   MIRROR_CHECK(options.global_batch > 0, InvalidArgument,
                "global batch must be positive, got " + std::to_string(options.global_batch));
   MIRROR_CHECK(options.bucket_window > 0, InvalidArgument,
                "bucket_window must be positive, got " + std::to_string(options.bucket_window));
   MIRROR_CHECK(epoch >= 0, InvalidArgument, "epoch must be >= 0, got " + std::to_string(epoch));
+}
+
+std::mt19937_64 order_rng(const LoaderOptions& options, int epoch) {
+  return std::mt19937_64(
+      detail::splitmix64(options.seed ^ detail::splitmix64(static_cast<std::uint64_t>(epoch))));
+}
+
+}  // namespace
+
+std::vector<std::int64_t> epoch_order(const Dataset& dataset, const LoaderOptions& options,
+                                      int epoch) {
+  check_order_options(options, epoch);
   std::vector<std::int64_t> order(static_cast<std::size_t>(dataset.size()));
   std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(
-      detail::splitmix64(options.seed ^ detail::splitmix64(static_cast<std::uint64_t>(epoch))));
+  std::mt19937_64 rng = order_rng(options, epoch);
   if (options.shuffle) detail::shuffle(order, rng);
   if (options.bucket_by_length) {
     bucket_by_length(order, dataset, options.global_batch, options.bucket_window, options.shuffle,
                      rng);
   }
   return order;
+}
+
+EpochOrder::EpochOrder(const Dataset& dataset, const LoaderOptions& options, int epoch)
+    : size_(dataset.size()) {
+  if (options.bucket_by_length || size_ > static_cast<std::int64_t>(UINT32_MAX)) {
+    wide_ = epoch_order(dataset, options, epoch);
+    return;
+  }
+  check_order_options(options, epoch);
+  compact_.resize(static_cast<std::size_t>(size_));
+  std::iota(compact_.begin(), compact_.end(), 0u);
+  std::mt19937_64 rng = order_rng(options, epoch);
+  if (options.shuffle) detail::shuffle(compact_, rng);
 }
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, ShardSpec shard, LoaderOptions options)
@@ -131,9 +156,9 @@ Loader::~Loader() { stop_workers(); }
 /// Each epoch's order is computed once, outside the lock, by whichever thread asks first; the
 /// others wait on its future. (Computing under the lock would stall every worker's batch of
 /// the current epoch while one precomputes the next.)
-std::shared_ptr<const std::vector<std::int64_t>> Loader::order_for(int epoch) const {
-  std::promise<std::shared_ptr<const std::vector<std::int64_t>>> promise;
-  std::shared_future<std::shared_ptr<const std::vector<std::int64_t>>> order;
+std::shared_ptr<const EpochOrder> Loader::order_for(int epoch) const {
+  std::promise<std::shared_ptr<const EpochOrder>> promise;
+  std::shared_future<std::shared_ptr<const EpochOrder>> order;
   bool compute = false;
   {
     std::lock_guard lock(order_mutex_);
@@ -150,8 +175,9 @@ std::shared_ptr<const std::vector<std::int64_t>> Loader::order_for(int epoch) co
   }
   if (compute) {
     try {
-      promise.set_value(std::make_shared<const std::vector<std::int64_t>>(
-          epoch_order(*dataset_, options_, epoch)));
+      // A file that changed since the last epoch is an error naming it (shards, mapped arrays).
+      dataset_->check_unchanged();
+      promise.set_value(std::make_shared<const EpochOrder>(*dataset_, options_, epoch));
     } catch (...) {
       promise.set_exception(std::current_exception());
     }
@@ -171,13 +197,12 @@ Batch Loader::make_batch(int epoch, std::int64_t step) const {
   return batch;
 }
 
-void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
-                          std::int64_t step) const {
+void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t step) const {
   const Dataset& ds = *dataset_;
   const std::int64_t B = options_.global_batch, b = local_batch_;
   const std::int64_t first = step * B;  // position of the global batch in the order
   const std::int64_t real =
-      std::min<std::int64_t>(B, static_cast<std::int64_t>(order.size()) - first);
+      std::min<std::int64_t>(B, order.size() - first);
   const std::int64_t offset = shard_.replica * b;  // this replica's slice in the global batch
   batch.global_count = real;
   // Class labels are int32 [b]; float targets float32 [b, target...] (zeros for padding).
@@ -194,46 +219,80 @@ void Loader::fill_samples(Batch& batch, const std::vector<std::int64_t>& order,
   auto* weights = batch.weights.data<float>();
   auto* ids = batch.sample_ids.data<std::int64_t>();
   const bool sequence = ds.is_sequence(), variable = ds.variable_length();
-  std::int32_t steps = 1;
   for (std::int64_t j = 0; j < b; ++j) {
     const std::int64_t k = offset + j;
     ids[j] = k < real ? order[first + k] : -1 - k;
+  }
+  // Float inputs are decoded first: a bad sample may be replaced (Note [Bad samples]), and the
+  // label, length and augmentation then follow the sample that was used.
+  const bool tokens = ds.input_dtype() == DType::kInt32;
+  if (!tokens) {
+    const Shape sample = ds.sample_shape();
+    const std::int64_t per = shape_numel(sample);
+    Shape shape = sample;
+    shape.insert(shape.begin(), b);
+    batch.inputs = Tensor::empty(shape, DType::kFloat32);
+    auto* dst = batch.inputs.data<float>();
+    for (std::int64_t j = 0; j < b; ++j) {
+      if (ids[j] >= 0) {
+        decode_or_replace(ids[j], dst + j * per);
+        augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
+      } else {
+        std::memset(dst + j * per, 0, sizeof(float) * per);
+      }
+    }
+  }
+  std::int32_t steps = 1;
+  for (std::int64_t j = 0; j < b; ++j) {
+    const bool is_real = ids[j] >= 0;
     if (!float_targets)
-      labels[j] = k < real ? ds.label(ids[j]) : 0;
-    else if (k < real)
+      labels[j] = is_real ? ds.label(ids[j]) : 0;
+    else if (is_real)
       ds.decode_target(ids[j], targets + j * target_numel);
-    weights[j] = k < real ? 1.0f : 0.0f;
+    weights[j] = is_real ? 1.0f : 0.0f;
     if (sequence) {
       // Padding samples get one step (variable) or the full length: a valid, all-zero input.
-      batch.lengths.push_back(k < real ? ds.length(ids[j]) : (variable ? 1 : ds.length(0)));
+      batch.lengths.push_back(is_real ? ds.length(ids[j]) : (variable ? 1 : ds.length(0)));
       steps = std::max(steps, batch.lengths.back());
     }
   }
-  if (ds.input_dtype() == DType::kInt32) {
-    batch.inputs = Tensor::empty({b, steps}, DType::kInt32);
-    auto* dst = batch.inputs.data<std::int32_t>();
-    for (std::int64_t j = 0; j < b; ++j) {
-      if (ids[j] >= 0)
-        ds.decode_tokens(ids[j], dst + j * steps, steps);
-      else
-        std::memset(dst + j * steps, 0, sizeof(std::int32_t) * steps);
-    }
-    return;
-  }
-  const Shape sample = ds.sample_shape();
-  const std::int64_t per = shape_numel(sample);
-  Shape shape = sample;
-  shape.insert(shape.begin(), b);
-  batch.inputs = Tensor::empty(shape, DType::kFloat32);
-  auto* dst = batch.inputs.data<float>();
+  if (!tokens) return;
+  batch.inputs = Tensor::empty({b, steps}, DType::kInt32);
+  auto* dst = batch.inputs.data<std::int32_t>();
   for (std::int64_t j = 0; j < b; ++j) {
-    if (ids[j] >= 0) {
-      ds.decode_float(ids[j], dst + j * per);
-      augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
-    } else {
-      std::memset(dst + j * per, 0, sizeof(float) * per);
+    if (ids[j] >= 0)
+      ds.decode_tokens(ids[j], dst + j * steps, steps);
+    else
+      std::memset(dst + j * steps, 0, sizeof(std::int32_t) * steps);
+  }
+}
+
+void Loader::decode_or_replace(std::int64_t& id, float* dst) const {
+  const Dataset& ds = *dataset_;
+  const std::int64_t n = ds.size();
+  for (std::int64_t tries = 0;; ++tries) {
+    try {
+      ds.decode_float(id, dst);
+      return;
+    } catch (const BadSample& e) {
+      if (!options_.skip_bad_samples) throw;
+      {
+        std::lock_guard lock(bad_mutex_);
+        if (bad_.size() < 1000) bad_.emplace(id, e.what());
+      }
+      MIRROR_CHECK(tries + 1 < n, DataError,
+                   std::string("--skip-bad-samples: no sample of the dataset can be decoded; "
+                               "the last error: ") +
+                       e.what());
+      if (tries == 0) ++replaced_;
+      id = (id + 1) % n;
     }
   }
+}
+
+std::map<std::int64_t, std::string> Loader::bad_samples() const {
+  std::lock_guard lock(bad_mutex_);
+  return bad_;
 }
 
 // ---------------------------------------------------------------- prefetch

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "mirror/data/augment.h"
+#include "mirror/data/image_folder.h"
 #include "mirror/error.h"
 #include "mirror/json_input.h"
 #include "mirror/memory.h"
@@ -22,18 +23,33 @@ void validate_data_files(const TrainConfig& c) {
   auto require = [](bool ok, const std::string& message) {
     MIRROR_CHECK(ok, InvalidArgument, message);
   };
-  const int train_kinds = !c.train_x.empty() + !c.train_csv.empty() + !c.train_tokens.empty();
-  const int test_kinds = !c.test_x.empty() + !c.test_csv.empty() + !c.test_tokens.empty();
+  const int train_kinds = !c.train_x.empty() + !c.train_csv.empty() + !c.train_tokens.empty() +
+                          !c.train_images.empty();
+  const int test_kinds = !c.test_x.empty() + !c.test_csv.empty() + !c.test_tokens.empty() +
+                         !c.test_images.empty();
   require(train_kinds <= 1,
-          "give one training data kind: --train-x/--train-y, --train-csv or "
-          "--train-tokens, not several");
+          "give one training data kind: --train-x/--train-y, --train-csv, --train-tokens or "
+          "--train-images, not several");
   require(test_kinds <= 1,
-          "give one test data kind: --test-x/--test-y, --test-csv or --test-tokens, not several");
+          "give one test data kind: --test-x/--test-y, --test-csv, --test-tokens or "
+          "--test-images, not several");
+  require(c.test_images.empty() || !c.train_images.empty(),
+          "--test-images goes with --train-images (the classes come from the training folder)");
+  require(c.train_images.empty() || c.num_classes == 0,
+          "--num-classes does not apply to --train-images: the classes are its subfolders");
+  const bool images = !c.train_images.empty();
+  require(images || (c.image_size.empty() && c.color == "auto" && c.decode == "cpu"),
+          "--image-size, --color and --decode apply to image folders (--train-images)");
+  c.parsed_image_size();  // throws for bad text
+  data::parse_color_mode(c.color);
+  data::parse_decode_device(c.decode);
+  require(c.data_workers >= 0 && c.data_workers <= 64,
+          "--data-workers must be from 0 (automatic) to 64, got " + std::to_string(c.data_workers));
   require(c.train_x.empty() == c.train_y.empty(), "--train-x and --train-y go together");
   require(c.test_x.empty() == c.test_y.empty(), "--test-x and --test-y go together");
   require(test_kinds == 0 || train_kinds == 1,
-          "test files need training files too (--train-x/--train-y, --train-csv or "
-          "--train-tokens)");
+          "test files need training files too (--train-x/--train-y, --train-csv, "
+          "--train-tokens or --train-images)");
   require(c.csv_header == "auto" || c.csv_header == "yes" || c.csv_header == "no",
           "--csv-header must be auto, yes or no, got '" + c.csv_header + "'");
   require(c.num_classes >= 0, "--num-classes must be >= 0 (0: from the labels)");
@@ -79,7 +95,24 @@ std::uint64_t parse_seed(const std::string& text) {
 }
 
 bool TrainConfig::own_data() const {
-  return !train_x.empty() || !train_csv.empty() || !train_tokens.empty();
+  return !train_x.empty() || !train_csv.empty() || !train_tokens.empty() || !train_images.empty();
+}
+
+std::pair<int, int> TrainConfig::parsed_image_size() const {
+  if (image_size.empty()) return {0, 0};
+  int h = 0, w = 0;
+  const std::size_t comma = image_size.find(',');
+  auto number = [](std::string_view t, int& v) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return !t.empty() && ec == std::errc() && end == t.data() + t.size() && v >= 1 && v <= 32768;
+  };
+  MIRROR_CHECK(comma != std::string::npos &&
+                   number(std::string_view(image_size).substr(0, comma), h) &&
+                   number(std::string_view(image_size).substr(comma + 1), w),
+               InvalidArgument,
+               "--image-size must be HEIGHT,WIDTH in pixels (1 to 32768), e.g. 28,28, got '" +
+                   image_size + "'");
+  return {h, w};
 }
 
 std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
@@ -116,7 +149,8 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
-  X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment) X(comm)
+  X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment) X(comm) X(train_images)    \
+  X(test_images) X(image_size) X(color) X(decode) X(data_workers) X(skip_bad_samples)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {

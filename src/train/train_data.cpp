@@ -40,6 +40,11 @@ class Subset final : public data::Dataset {
   void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
     base_->decode_tokens(at(i), dst, steps);
   }
+  std::vector<std::string> notes() const override { return base_->notes(); }
+  std::optional<double> input_bound() const override { return base_->input_bound(); }
+  bool checks_at_batch() const override { return base_->checks_at_batch(); }
+  void check_unchanged() const override { base_->check_unchanged(); }
+  std::vector<std::string> class_names() const override { return base_->class_names(); }
   std::string describe() const override {
     return base_->describe() + " (random " + std::to_string(size()) + " of " +
            std::to_string(base_->size()) + ", seed " + std::to_string(seed_) + ")";

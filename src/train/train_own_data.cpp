@@ -1,13 +1,18 @@
-// The user's own data files named by mirror-train's flags: x/y arrays (.npy or IDX), CSV, or
-// token text, for the training split and optionally the test split.
+// The user's own data files named by mirror-train's flags: x/y arrays (.npy or IDX, one pair or
+// shards), CSV, token text or an image folder, for the training split and optionally the test
+// split.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "mirror/data/arrays.h"
 #include "mirror/data/csv.h"
+#include "mirror/data/image_folder.h"
 #include "mirror/data/token_text.h"
 #include "train/trainer_impl.h"
 
@@ -15,8 +20,22 @@ namespace mirror::train {
 namespace {
 
 struct SplitFiles {
-  const std::string &x, &y, &csv, &tokens;
+  const std::string &x, &y, &csv, &tokens, &images;
 };
+
+/// An image folder; the test split takes the training split's classes (`class_names`).
+std::shared_ptr<const data::Dataset> load_images(const TrainConfig& c, const std::string& dir,
+                                                 std::vector<std::string> class_names) {
+  data::ImageFolderOptions o;
+  std::tie(o.height, o.width) = c.parsed_image_size();
+  o.color = data::parse_color_mode(c.color);
+  o.classes = std::move(class_names);
+  o.decoder = data::make_image_decoder(data::parse_decode_device(c.decode));
+  // The headers are read once at load: as many threads as there are cores for it.
+  o.check_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  o.skip_bad_samples = c.skip_bad_samples;
+  return data::load_image_folder(dir, o);
+}
 
 /// `classes` and `vocab` (0: from the file) keep the test split consistent with training.
 std::shared_ptr<const data::Dataset> load_split(const TrainConfig& c, const SplitFiles& f,
@@ -68,6 +87,7 @@ struct Peak {
 /// every checkpoint. Such data is refused at load; data far from order 1 trains badly and gets
 /// a warning.
 constexpr double kRefuseAbove = 1e18;
+constexpr double kWarnAbove = 1e4;
 
 /// Token ids far beyond the ids in use (one id of 5*10^7 among ids below 100): the embedding gets
 /// a row per id up to the largest, so such ids are almost always hashes or typos.
@@ -91,11 +111,13 @@ void check_vocabulary(const data::Dataset& d, const std::string& split, DataSpli
                          std::to_string(distinct) + " if they are hashes");
 }
 
-constexpr double kWarnAbove = 1e4;
-
 void check_magnitude(const data::Dataset& d, const std::string& split, DataSplits& out) {
   Peak inputs, targets;
-  const bool float_inputs = d.input_dtype() == DType::kFloat32 && !d.is_sequence();
+  // Inputs bounded by their storage (uint8 scaled to [0, 1]) need no scan, nor do inputs too
+  // large to read twice: those are checked as batches are decoded (Dataset::checks_at_batch).
+  const std::optional<double> bound = d.input_bound();
+  const bool float_inputs = d.input_dtype() == DType::kFloat32 && !d.is_sequence() &&
+                            !(bound && *bound <= kWarnAbove) && !d.checks_at_batch();
   const bool float_targets = d.target_kind() == data::TargetKind::kFloat;
   std::vector<float> x(float_inputs ? static_cast<std::size_t>(shape_numel(d.sample_shape())) : 0);
   std::vector<float> y(float_targets ? static_cast<std::size_t>(shape_numel(d.target_shape())) : 0);
@@ -141,14 +163,26 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
 
 DataSplits load_own_data(const TrainConfig& c) {
   DataSplits d;
-  d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens}, c.num_classes, 0);
+  if (!c.train_images.empty()) {
+    d.train = load_images(c, c.train_images, {});
+    if (!c.test_images.empty()) d.test = load_images(c, c.test_images, d.train->class_names());
+    for (const auto& split : {d.train, d.test}) {
+      if (!split) continue;
+      for (const std::string& note : split->notes()) d.warnings.push_back(note);
+    }
+    return d;
+  }
+  d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens, c.train_images},
+                       c.num_classes, 0);
   check_magnitude(*d.train, "training", d);
+  for (const std::string& note : d.train->notes()) d.warnings.push_back(note);
   const bool has_test = !c.test_x.empty() || !c.test_csv.empty() || !c.test_tokens.empty();
   if (has_test) {
     const int classes = c.num_classes > 0 ? c.num_classes : d.train->num_classes();
-    d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens}, classes,
+    d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens, c.test_images}, classes,
                         d.train->vocab_size());
     check_magnitude(*d.test, "test", d);
+    for (const std::string& note : d.test->notes()) d.warnings.push_back(note);
   }
   return d;
 }

@@ -246,6 +246,9 @@ void Trainer::Impl::save_checkpoint(const StartPoint& next) {
   m["mirror.world_replicas"] = std::to_string(strategy->world_replicas());
   m["mirror.data_checksum"] = checksum;
   m["mirror.config"] = config.to_json().dump();
+  // mirror-predict names the classes of an image folder's model (tools/predict.h).
+  if (const auto classes = task.train->class_names(); !classes.empty())
+    m["mirror.classes"] = nlohmann::json(classes).dump();
   m["mirror.precision"] = config.precision;
   // Note [Loss scaling]: the scale is a power of two, so %.17g round-trips it exactly.
   char scale[40];

@@ -56,6 +56,14 @@ std::string task_label(const std::string& description) {
   return "\"" + text + "\" (a C++ Task)";
 }
 
+/// --data-workers, or automatically the cores each local replica can have (1 to 4): loader
+/// threads that assemble (and decode) batches ahead of the step; results never depend on it.
+int data_workers(const TrainConfig& c, const dist::Runtime& rt, int local_replicas) {
+  if (c.data_workers > 0) return c.data_workers;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::clamp(cores / std::max(1, rt.local_size() * local_replicas), 1, 4);
+}
+
 std::string shape_text(const Shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
@@ -222,6 +230,16 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     const data::ImageAugment augment = train_loaders.front()->options().augment;
     const std::string augment_note =
         augment.enabled() ? "; training images augmented: " + data::to_string(augment) : "";
+    const data::LoaderOptions& lo = train_loaders.front()->options();
+    progress.message("[mirror] data: " + std::to_string(lo.num_workers) +
+                     " loader worker(s) and " + std::to_string(lo.prefetch_depth) +
+                     " batches prefetched per replica" +
+                     (config.skip_bad_samples ? "; bad samples replaced (--skip-bad-samples)" : ""));
+    if (const auto classes = task.train->class_names(); !classes.empty()) {
+      std::string list;
+      for (const auto& name : classes) list += (list.empty() ? "" : ", ") + name;
+      progress.message("[mirror] classes (label order): " + list);
+    }
     progress.message("[mirror] model " + model_label + ": " +
                      std::to_string(strategy->model().parameter_count()) + " parameters; " +
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
@@ -448,6 +466,9 @@ void Trainer::Impl::make_loaders() {
     train_opts.last_batch = data::LastBatch::kPad;
     train_opts.bucket_by_length = task.train->variable_length();
     train_opts.augment = data::parse_image_augment(config.augment);
+    train_opts.num_workers = data_workers(config, runtime, local);
+    train_opts.prefetch_depth = std::max(3, 2 * train_opts.num_workers);
+    train_opts.skip_bad_samples = config.skip_bad_samples;
     const Device device = strategy->devices()[static_cast<std::size_t>(i)];
     if (device.is_cuda()) {
       // Stage the batch on the replica's GPU from the loader's thread: the upload goes through

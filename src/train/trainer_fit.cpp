@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "mirror/distributed/preemption.h"
 #include "mirror/error.h"
@@ -239,7 +240,37 @@ void Trainer::Impl::report_preemption(std::int64_t global_step) {
                    std::to_string(dist::kExitPreempted) + ")");
 }
 
+/// Note [Bad samples] (loader.h): rank 0 says how many samples every rank replaced, and which.
+void Trainer::Impl::report_bad_samples() {
+  if (!config.skip_bad_samples) return;
+  std::int64_t replaced = 0;
+  std::map<std::string, std::string> bad;  // "split index" -> the first error
+  for (const auto* loaders : {&train_loaders, &test_loaders}) {
+    for (const auto& l : *loaders) {
+      replaced += l->bad_samples_replaced();
+      const char* split = loaders == &train_loaders ? "train " : "test ";
+      for (const auto& [index, error] : l->bad_samples()) bad.emplace(split + std::to_string(index), error);
+    }
+  }
+  nlohmann::json mine = {{"replaced", replaced}, {"bad", bad}};
+  const auto all = runtime.all_gather_string(mine.dump());
+  if (!is_root()) return;
+  replaced = 0;
+  bad.clear();
+  for (const std::string& text : all) {
+    const auto j = nlohmann::json::parse(text);
+    replaced += j.at("replaced").get<std::int64_t>();
+    for (const auto& [key, error] : j.at("bad").items()) bad.emplace(key, error.get<std::string>());
+  }
+  std::string line = "[mirror] --skip-bad-samples: " + std::to_string(replaced) +
+                     " bad sample(s) replaced by the next good one (" +
+                     std::to_string(bad.size()) + " distinct)";
+  if (!bad.empty()) line += "; the first: " + bad.begin()->second;
+  progress.message(line);
+}
+
 FitSummary Trainer::Impl::finish(const FitSummary& partial) {
+  report_bad_samples();
   FitSummary summary = partial;
   summary.world_replicas = strategy->world_replicas();
   summary.devices = selection.devices_str();

@@ -254,6 +254,7 @@ struct Trainer::Impl {
   EpochEvent end_epoch(EpochRun& run, std::int64_t global_step);
   std::optional<MetricSums> evaluate();
   FitSummary finish(const FitSummary& partial);
+  void report_bad_samples();  // --skip-bad-samples: the count, on rank 0 (collective)
   void report_preemption(std::int64_t global_step);
 };
 

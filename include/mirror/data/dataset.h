@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "mirror/dtype.h"
+#include "mirror/error.h"
 #include "mirror/tensor.h"
 
 namespace mirror::data {
@@ -20,6 +23,18 @@ enum class Layout { kNCHW, kRows };
 /// labels in a Batch; softmax cross-entropy) or a vector of float targets (decode_target(),
 /// float32 [n, target_shape...] in a Batch; binary cross-entropy or mean squared error).
 enum class TargetKind { kClass, kFloat };
+
+/// A sample that cannot be decoded (a corrupt image, a NaN in mapped float data): the message
+/// names the file and the sample index. The Loader may replace such a sample by the next good
+/// one (LoaderOptions::skip_bad_samples); any other DataError always stops the run.
+class BadSample : public DataError {
+ public:
+  BadSample(const std::string& message, std::int64_t index) : DataError(message), index_(index) {}
+  std::int64_t index() const { return index_; }
+
+ private:
+  std::int64_t index_;
+};
 
 /// A random-access, read-only collection of labelled samples. Implementations hold their raw
 /// data (bytes, code-point ids) compactly and convert one sample at a time, so a replica only
@@ -61,6 +76,22 @@ class Dataset {
 
   /// One line for logs: name, split, size, classes, shape.
   virtual std::string describe() const = 0;
+
+  /// What the user should hear once about how the data is held (e.g. "x.npy.gz is gzip: read
+  /// into memory whole"); the trainer prints them on rank 0.
+  virtual std::vector<std::string> notes() const { return {}; }
+  /// The largest |value| decode_float can produce, when the storage bounds it (uint8 scaled to
+  /// [0, 1]: 1); nullopt for float data, whose values only a scan can tell.
+  virtual std::optional<double> input_bound() const { return std::nullopt; }
+  /// True when the per-sample value checks (NaN, infinity) run as batches are decoded instead of
+  /// in a scan at load: data read from disk per batch that is too large to read twice.
+  virtual bool checks_at_batch() const { return false; }
+  /// Throws DataError naming the file when a file the data is read from changed since it was
+  /// opened; the Loader calls it when it prepares each epoch's order (at the epoch's start, or a
+  /// few batches before it while prefetching). In-memory data never changes.
+  virtual void check_unchanged() const {}
+  /// Names of the classes (label order) when the data has them (image folders); else empty.
+  virtual std::vector<std::string> class_names() const { return {}; }
 };
 
 }  // namespace mirror::data

@@ -36,8 +36,23 @@ struct IdxLimits {
 IdxArray parse_idx(std::span<const std::uint8_t> file, const std::string& name,
                    const IdxLimits& limits = {});
 
+/// Where an uncompressed IDX file's payload lies, once its header is checked against the file.
+struct IdxHeader {
+  std::vector<std::int64_t> dims;
+  std::uint8_t type = 0x08;
+  std::size_t data_offset = 0;   // 4 + 4 * rank
+  std::uint64_t data_bytes = 0;  // == file size - data_offset
+};
+/// The header checks of parse_idx on a raw (not gzip) IDX file, without copying the payload:
+/// the reader of a mapped file uses the payload where it lies (big-endian for multi-byte types).
+IdxHeader parse_idx_header(std::span<const std::uint8_t> file, const std::string& name,
+                           const IdxLimits& limits = {});
+
 /// True when the file starts with the IDX magic (00 00 TT RR, TT a known element type).
 bool is_idx(std::span<const std::uint8_t> file);
+
+/// The ElementType of an IDX type byte (08 uint8 ... 0E float64).
+ElementType idx_element_type(std::uint8_t type);
 
 /// The IDX array as little-endian elements of the matching ElementType (int16, int32, float32
 /// and float64 are byte-swapped from IDX's big-endian order).

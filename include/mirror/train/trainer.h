@@ -42,6 +42,14 @@ struct TrainConfig {
   std::string train_tokens, test_tokens;  // "label id id ..." per line
   int num_classes = 0;                    // 0: from the labels (max + 1)
   std::string input_shape;                // reshape array samples, e.g. "1,28,28"
+  // image folders, one subfolder per class (docs/data-formats.md#image-folders)
+  std::string train_images, test_images;
+  std::string image_size;      // "H,W" (default: the first image's size)
+  std::string color = "auto";  // auto | grayscale | rgb
+  std::string decode = "cpu";  // cpu | gpu (JPEG through nvJPEG)
+  int data_workers = 0;        // loader threads per replica (0: cores / local replicas, 1..4)
+  // Replace a sample that cannot be decoded by the next good one (Note [Bad samples], loader.h)
+  bool skip_bad_samples = false;
   // Use N samples drawn by a permutation seeded from `seed` (0 = all); see Note [Data limits].
   std::int64_t train_limit = 0;
   std::int64_t test_limit = 0;
@@ -98,6 +106,8 @@ struct TrainConfig {
   bool own_data() const;
   /// --input-shape as dimensions (empty when not given); InvalidArgument for bad text.
   std::vector<std::int64_t> parsed_input_shape() const;
+  /// --image-size as {height, width} ({0, 0} when not given); InvalidArgument for bad text.
+  std::pair<int, int> parsed_image_size() const;
 
   nlohmann::json to_json() const;
   /// Unknown keys and wrong types are InvalidArgument naming the key.

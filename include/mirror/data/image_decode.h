@@ -1,0 +1,80 @@
+// defines: the image decoders behind image folders: ImageHeader (what a JPEG or PNG file says
+// before decoding), DecodedImage, ImageDecoder (libjpeg-turbo + libpng on the CPU, nvJPEG on a
+// GPU) and the conversions to the model's input (colour, size, [C, H, W] floats in [0, 1]).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mirror::data {
+
+enum class ImageFormat { kUnknown, kJpeg, kPng };
+const char* image_format_name(ImageFormat format);
+/// By the first bytes (JPEG FF D8 FF, PNG's 8-byte signature), never by the file name.
+ImageFormat sniff_image(std::span<const std::uint8_t> bytes);
+
+/// What the header of an image file says. `channels` is the source's colour model: 1 for
+/// grayscale (with or without alpha), 3 for colour (RGB, YCbCr, a palette; alpha is dropped).
+struct ImageHeader {
+  ImageFormat format = ImageFormat::kUnknown;
+  int height = 0, width = 0;
+  int channels = 0;
+};
+
+/// Reads the header (PNG's IHDR, a JPEG's frame header) from the first bytes of a file; DataError
+/// naming `name` for an unknown format, a truncated or corrupt header, absurd sizes (above
+/// 32768 pixels a side), and an image mode Mirror does not read (CMYK or YCCK JPEG, a PNG of an
+/// unknown colour type).
+ImageHeader read_image_header(std::span<const std::uint8_t> bytes, const std::string& name);
+
+/// Pixels as decoded: height x width x channels bytes, interleaved (HWC), channels 1 or 3.
+struct DecodedImage {
+  int height = 0, width = 0, channels = 0;
+  std::vector<std::uint8_t> pixels;
+};
+
+/// Decodes whole files. Implementations are safe to call from several threads at once (each
+/// thread gets its own decoder state).
+class ImageDecoder {
+ public:
+  virtual ~ImageDecoder() = default;
+  /// "cpu (libjpeg-turbo, libpng)" or "gpu (nvJPEG on cuda:0; PNG on the CPU)".
+  virtual std::string name() const = 0;
+  /// The image in its own colour model (1 or 3 channels). DataError naming `name` for a corrupt
+  /// or truncated file (a JPEG that decodes only with warnings counts as corrupt: its missing
+  /// part would be filled with grey) or an unsupported mode.
+  virtual DecodedImage decode(std::span<const std::uint8_t> bytes,
+                              const std::string& name) const = 0;
+};
+
+/// libjpeg-turbo for JPEG, libpng for PNG (8- and 16-bit, grey, RGB, palette; 16-bit is cut to
+/// its high byte, alpha dropped).
+std::shared_ptr<const ImageDecoder> cpu_image_decoder();
+
+/// Where JPEGs are decoded: `--decode cpu|gpu`.
+enum class DecodeDevice { kCpu, kGpu };
+DecodeDevice parse_decode_device(const std::string& text);  // InvalidArgument naming --decode
+/// The decoder for `device`; Unavailable with the reason when this build or machine has no GPU
+/// decoder (built without nvJPEG, no CUDA device). Note [Backend choice]: the GPU decoder is
+/// registered by the factory file, src/backend_registry.cpp.
+std::shared_ptr<const ImageDecoder> make_image_decoder(DecodeDevice device);
+
+using ImageDecoderFactory = std::shared_ptr<const ImageDecoder> (*)();
+/// Called by the factory file only: the GPU decoder, or why there is none.
+void register_gpu_image_decoder(ImageDecoderFactory factory, std::string unavailable);
+
+/// `image` converted to `channels` (1: ITU-R 601 luma (299 R + 587 G + 114 B) / 1000, rounded,
+/// as PIL's "L"; 3: grey copied to each channel) and resized to height x width (bilinear with
+/// half-pixel centres, as tf.image.resize without antialiasing; the same size copies exactly),
+/// written as [channels, height, width] floats divided by 255.
+void image_to_chw(const DecodedImage& image, int channels, int height, int width, float* dst);
+
+/// Encoders for fixtures and benchmarks (loader-bench --write-images): an 8-bit greyscale or RGB
+/// PNG (libpng), and a baseline JPEG of `quality` 1..100 with 4:4:4 sampling (libjpeg-turbo).
+std::vector<std::uint8_t> encode_png(const DecodedImage& image);
+std::vector<std::uint8_t> encode_jpeg(const DecodedImage& image, int quality = 95);
+
+}  // namespace mirror::data
