@@ -217,10 +217,10 @@ void ArrayDataset::init_tokens(const ArrayOptions& options, const std::string& x
       std::int64_t id = 0;
       if (x_.type == ElementType::kInt32) {
         std::int32_t v;
-        std::memcpy(&v, x_.bytes.data() + flat * 4, 4);
+        std::memcpy(&v, x_.data() + flat * 4, 4);
         id = v;
       } else {
-        std::memcpy(&id, x_.bytes.data() + flat * 8, 8);
+        std::memcpy(&id, x_.data() + flat * 8, 8);
       }
       MIRROR_CHECK(id >= 0 && id < INT32_MAX, DataError,
                    x_name + ": token id " + std::to_string(id) + " of sample " + std::to_string(i) +
@@ -236,7 +236,9 @@ void ArrayDataset::init_tokens(const ArrayOptions& options, const std::string& x
     lengths_[static_cast<std::size_t>(i)] = length;
   }
   vocab_ = max_id + 1;
-  x_.bytes = {};
+  x_.bytes = {};  // the ids are in ids_ now
+  x_.borrowed = nullptr;
+  x_.owner.reset();
 }
 
 void ArrayDataset::init_labels(const NumericArray& y, int num_classes, const std::string& y_name) {
@@ -270,7 +272,7 @@ void ArrayDataset::init_targets(const NumericArray& y, const std::string& y_name
   MIRROR_CHECK(shape_numel(target_shape_) > 0, DataError,
                y_name + ": targets of shape " + shape_str(target_shape_) + " hold no values");
   targets_.resize(static_cast<std::size_t>(y.numel()));
-  to_float(y.type, y.bytes.data(), y.numel(), 1.0f, targets_.data());
+  to_float(y.type, y.data(), y.numel(), 1.0f, targets_.data());
 }
 
 void ArrayDataset::check_index(std::int64_t index) const {
@@ -303,7 +305,7 @@ void ArrayDataset::decode_float(std::int64_t index, float* dst) const {
   check_index(index);
   if (tokens()) return Dataset::decode_float(index, dst);
   const std::int64_t per = shape_numel(sample_shape_);
-  to_float(x_.type, x_.bytes.data() + index * per * element_size(x_.type), per, divisor_, dst);
+  to_float(x_.type, x_.data() + index * per * element_size(x_.type), per, divisor_, dst);
 }
 
 void ArrayDataset::decode_tokens(std::int64_t index, std::int32_t* dst, std::int32_t steps) const {
