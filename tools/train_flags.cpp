@@ -250,7 +250,8 @@ TrainFlags parse_train_flags(const std::vector<std::string>& args) {
 
 std::vector<std::string> train_flag_switches() {
   std::vector<std::string> out;
-  for (const auto& option : make_options().options()) {
+  const auto options = make_options();
+  for (const auto& option : options.options()) {
     if (option->semantic()->max_tokens() == 0) out.push_back(option->long_name());
   }
   return out;
