@@ -47,7 +47,7 @@ echo "python.install: mirror $got installed in $venv; $(basename "$wheel") holds
 # Best effort: Keras 3 and jax's CPU wheels for tests/python/test_keras.py.
 if timeout 900 "${pip[@]}" install -q keras jax >/dev/null 2>&1 &&
   KERAS_BACKEND=jax "$venv/bin/python" -c 'import keras' 2>/dev/null; then
-  echo "keras $("$venv/bin/python" -c 'import keras; print(keras.__version__)') (jax backend) installed"
+  echo "keras $(KERAS_BACKEND=jax "$venv/bin/python" -c 'import keras; print(keras.__version__)') (jax backend) installed"
 else
   echo "keras or jax could not be installed: the Keras tests will be skipped"
 fi
