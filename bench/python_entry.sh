@@ -5,12 +5,13 @@
 # ROUNDS times; prints each run's wall time (whole job: launcher, interpreter and imports
 # included) and the medians, and checks that both trained the same weights.
 # Usage: bench/python_entry.sh [PYTHON] (a python with `mirror` installed; default python3)
-#   env: BUILD_DIR (build), NP (2), ROUNDS (5), EPOCHS (5), SAMPLES (20000)
+#   env: BUILD_DIR (build), NP (2), ROUNDS (5), EPOCHS (5), SAMPLES (20000), THREADS (1 per rank)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="${1:-python3}"
 build="${BUILD_DIR:-$root/build}"
 np_="${NP:-2}" rounds="${ROUNDS:-5}" epochs="${EPOCHS:-5}" samples="${SAMPLES:-20000}"
+threads="${THREADS:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -34,7 +35,7 @@ import mirror
 d = sys.argv[1]
 x, y = np.load(f"{d}/x.npy"), np.load(f"{d}/y.npy")
 h = mirror.fit(json.load(open(f"{d}/mlp.json")), x, y, epochs=$epochs, batch_size=64, lr=0.01,
-               devices="cpu", no_progress=True)
+               devices="cpu", no_progress=True, threads=$threads)
 if mirror.rank() == 0:
     print("weights fingerprint:", h.summary["weights_fingerprint"])
 PY
@@ -51,7 +52,7 @@ cli=() python=()
 for ((r = 1; r <= rounds; r++)); do
   read -r t_cli f_cli < <(timed "$root/launch/mirrorrun" -np "$np_" "$build/bin/mirror-train" \
     --model-spec "$work/mlp.json" --train-x "$work/x.npy" --train-y "$work/y.npy" \
-    --epochs "$epochs" --batch-size 64 --lr 0.01 --devices cpu --no-progress)
+    --epochs "$epochs" --batch-size 64 --lr 0.01 --devices cpu --no-progress --threads "$threads")
   read -r t_py f_py < <(timed "$root/launch/mirrorrun" -np "$np_" "$py" "$work/train.py" "$work")
   [ "$f_cli" = "$f_py" ] || { echo "FAIL: fingerprints differ: mirror-train $f_cli, python $f_py"; exit 1; }
   echo "round $r: mirror-train ${t_cli} s, python ${t_py} s (fingerprint $f_cli)"
