@@ -69,9 +69,11 @@ _previous_excepthook = _sys.excepthook
 def _excepthook(kind, value, traceback):
     # An exception that ends the script on one rank of several would leave the others waiting
     # in a collective (and MPI_Finalize) forever: end the whole job, as mirror-train does. An
-    # error every rank raised together (JobStopped) ends each rank normally instead.
+    # error every rank raised together (JobStopped, a callback's own exception on its rank)
+    # ends each rank normally instead.
     _previous_excepthook(kind, value, traceback)
-    if _mirror.runtime_started() and _mirror.size() > 1 and not isinstance(value, JobStopped):
+    agreed = isinstance(value, JobStopped) or getattr(value, "mirror_agreed", False)
+    if _mirror.runtime_started() and _mirror.size() > 1 and not agreed:
         _sys.stderr.flush()
         _mirror.abort_job(f"uncaught {kind.__name__} in the Python script: {value}")
 

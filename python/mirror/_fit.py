@@ -173,7 +173,10 @@ def fit(model, x=None, y=None, *, validation_data=None, callbacks=None, **option
         result = _mirror.fit(args, spec_json, arrays, hooks.step_hook(), hooks.epoch_hook())
     except BaseException:
         if hooks.error is not None:
-            raise hooks.error from None  # this rank's callback failed: its own exception
+            # This rank's callback failed: its own exception, which every rank heard of (the
+            # others raise JobStopped), so ending the script with it ends no rank abruptly.
+            hooks.error.mirror_agreed = True
+            raise hooks.error from None
         raise
     history = History(result, dict(options))
     if result["preempted"]:

@@ -172,3 +172,17 @@ def test_ctrl_c_without_a_launcher_raises_keyboard_interrupt(tmp_path):
     assert code == 5, out + err
     assert "rank 0 caught Preempted" in out and "checkpoint written to" in out + err
     assert mirror.load(tmp_path / "ck").step >= 3
+
+
+def test_an_uncaught_exception_on_one_rank_ends_the_job(tmp_path):
+    """Rank 0 waits in a barrier that rank 1 never reaches: without the abort it would hang."""
+    write_data(tmp_path)
+    path = script(tmp_path, """
+        h = mirror.fit(spec, x, y, **options)
+        if mirror.rank() == 1:
+            raise RuntimeError("only rank one fails")
+        mirror.barrier()
+    """)
+    out = mirrorrun("2", path, tmp_path, timeout=120)
+    assert out.returncode != 0
+    assert "uncaught RuntimeError in the Python script: only rank one fails" in out.stderr
