@@ -10,6 +10,7 @@ packages=(
   libdnnl-dev
   libboost-program-options-dev zlib1g-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler
+  libhdf5-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   wamerican wngerman wfrench wspanish witalian

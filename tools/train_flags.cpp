@@ -31,6 +31,8 @@ po::options_description make_options() {
       "cnn)")(
       "model-spec", po::value<std::string>(),
       "model spec JSON file (a Sequential layer list, Mirror or Keras names); replaces --model")(
+      "init-weights", po::value<std::string>(),
+      "start from these weights: a Keras .weights.h5 of the same model (fine-tuning)")(
       "loss", po::value<std::string>(),
       "auto | softmax-cross-entropy | binary-cross-entropy | mse (default auto: softmax "
       "cross-entropy for class labels, mse for float targets)")(
@@ -141,6 +143,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   };
   set("model", c.model);
   set("model-spec", c.model_spec);
+  set("init-weights", c.init_weights);
   set("loss", c.loss);
   set("train-x", c.train_x);
   set("train-y", c.train_y);

@@ -116,7 +116,8 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(divergence_check_every) X(checkpoint_dir) X(checkpoint_every) X(keep) X(resume)          \
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
-  X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment)
+  X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment)                            \
+  X(init_weights)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {

@@ -11,6 +11,7 @@
 #include "mirror/data/synthetic.h"
 #include "mirror/data/words.h"
 #include "mirror/json_input.h"
+#include "mirror/train/keras_weights.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
@@ -242,6 +243,19 @@ ConfigTask task_from_config(const TrainConfig& c, const Sources& s) {
   t.task.model = [bound, seed](Device d) {
     return nn::make_model(bound, DType::kFloat32, d, seed);
   };
+  if (!c.init_weights.empty()) {
+    // --init-weights: every replica starts from the file's weights (read once per rank, as the
+    // data files are), BatchNorm statistics included.
+    const std::string path = c.init_weights;
+    auto init = std::make_shared<const NamedTensors>(
+        from_keras_weights(bound, read_keras_weights_file(path), "--init-weights " + path));
+    t.task.model = [bound, seed, init, path](Device d) {
+      nn::Sequential m = nn::make_model(bound, DType::kFloat32, d, seed);
+      assign_model_tensors(m, *init, "--init-weights " + path);
+      return m;
+    };
+    t.label += "; initial weights from " + path;
+  }
   return t;
 }
 

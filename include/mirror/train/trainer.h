@@ -30,6 +30,7 @@ struct TrainConfig {
   // model
   std::string model = "cnn";  // built-in spec: cnn | gru-rows | gru-words
   std::string model_spec;     // a model spec JSON file (replaces --model)
+  std::string init_weights;   // start from these weights: a Keras .weights.h5 (fine-tuning)
   std::string loss = "auto";  // auto (softmax CE for class labels, MSE for float targets) | ...
   // --sync-batchnorm: every BatchNormalization synchronized across replicas
   bool sync_batchnorm = false;
