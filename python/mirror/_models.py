@@ -3,6 +3,7 @@
 
 import json
 import os
+import tempfile
 
 from . import _mirror
 
@@ -62,8 +63,24 @@ def predict(model, x, *, batch_size=256, output_kind="logits", input_shape=None)
 
 
 def set_keras_weights(keras_model, model):
-    """Puts trained weights into a Keras model built like the one trained (the same
-    ``to_json()``), so that ``keras_model.predict`` agrees with :func:`predict`."""
-    raise NotImplementedError(
-        "set_keras_weights needs the library's Keras weight conversion, which this build does "
-        "not have yet")
+    """Puts trained weights into a Keras model built like the one trained (the model object
+    given to :func:`fit`, or ``keras.models.model_from_json`` of its ``to_json()``), so that
+    ``keras_model.predict`` agrees with :func:`predict`.
+
+    model: a :class:`Model` (``history.model``, :func:`load`), a :class:`History`, or a
+        checkpoint folder or file.
+
+    The library converts the weights to Keras's layout (its one conversion table, the same as
+    ``mirror-export --keras-weights``: HWIO kernels, GRU gate order, the Flatten order, ...)
+    and writes them as a Keras 3 ``.weights.h5``, which ``keras_model.load_weights`` reads:
+    Keras itself checks that every layer gets its variables."""
+    model = getattr(model, "model", model)  # a History
+    if isinstance(model, (str, bytes, os.PathLike)):
+        model = load(model)
+    if not isinstance(model, Model):
+        raise TypeError("model must be a mirror.Model, a History or a checkpoint path, got "
+                        f"{type(model).__name__}")
+    with tempfile.TemporaryDirectory(prefix="mirror-keras-") as folder:
+        path = os.path.join(folder, "model.weights.h5")
+        _mirror.write_keras_weights(json.dumps(model.spec), model.weights, path)
+        keras_model.load_weights(path)

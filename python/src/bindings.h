@@ -66,5 +66,6 @@ void bind_errors(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_fit(nb::module_& m);
 void bind_models(nb::module_& m);
+void bind_keras(nb::module_& m);
 
 }  // namespace mirror::python

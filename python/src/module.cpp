@@ -144,4 +144,5 @@ NB_MODULE(_mirror, m) {
   mp::bind_runtime(m);
   mp::bind_fit(m);
   mp::bind_models(m);
+  mp::bind_keras(m);
 }
