@@ -49,3 +49,25 @@ def test_a_keras_model_that_does_not_fit_the_data_is_refused(data):
     model = keras.Model(inputs, keras.layers.Dense(5)(inputs), name="five_outputs")
     with pytest.raises(mirror.InvalidArgument, match="Keras model 'five_outputs' does not fit"):
         mirror.fit(model, x, y, devices="cpu", no_progress=True)
+
+
+def test_a_keras_cnn_with_batchnorm_comes_back(tmp_path):
+    """Convolution kernels (HWIO), BatchNormalization's moving statistics and the Flatten order
+    (Keras flattens H, W, C) all go through the conversion."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 256)
+    x = rng.normal(0, 1, (256, 8, 8, 1)).astype(np.float32)
+    x[y == 1, 2:6, 2:6, 0] += 1.5
+    inputs = keras.Input((8, 8, 1))
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)
+    h = keras.layers.BatchNormalization()(h)
+    h = keras.layers.MaxPooling2D(2)(h)
+    outputs = keras.layers.Dense(2)(keras.layers.Flatten()(h))
+    keras_model = keras.Model(inputs, outputs, name="small_cnn")
+    images = x.reshape(256, 1, 8, 8)  # one channel: NHWC and Mirror's NCHW hold the same values
+    history = mirror.fit(keras_model, images, y, epochs=3, batch_size=32, lr=0.01, devices="cpu",
+                         no_progress=True)
+    assert history.history["accuracy"][-1] > 0.6  # learning (chance: 0.5)
+    mirror.set_keras_weights(keras_model, history)
+    np.testing.assert_allclose(keras_model.predict(x, verbose=0), mirror.predict(history, images),
+                               atol=1e-5, rtol=1e-5)
