@@ -31,6 +31,7 @@ LAYERS = [
     ("src/", "core", 0),
     ("distributed/", "distributed", 5),
     ("tools/", "programs", 8),
+    ("python/", "programs", 8),
     ("examples/", "programs", 8),
     ("bench/", "programs", 8),
     ("tests/", "tests", 9),
@@ -62,7 +63,8 @@ def main():
     root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(__file__), ".."))
     arrows = defaultdict(list)  # (from layer, to layer) -> [(file, included)]
     ranks = {}
-    for top in ("include", "src", "distributed", "tools", "examples", "bench", "tests", "fuzz"):
+    for top in ("include", "src", "distributed", "tools", "examples", "bench", "python", "tests",
+                    "fuzz"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in files:
                 if not SOURCE.search(f):

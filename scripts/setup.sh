@@ -11,6 +11,7 @@ packages=(
   libboost-program-options-dev zlib1g-dev nlohmann-json3-dev
   libturbojpeg0-dev libpng-dev
   libprotobuf-dev protobuf-compiler
+  libhdf5-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   wamerican wngerman wfrench wspanish witalian

@@ -18,8 +18,16 @@ add_onnxruntime() {
     echo "test_python: could not install onnxruntime; e2e.onnx_export will be skipped" >&2
 }
 
+# Optional: e2e.keras_weights reports Skipped without it (KERAS_BACKEND=jax: the smallest backend).
+add_keras() {
+  KERAS_BACKEND=jax "$dir/bin/python3" -c 'import keras, jax, h5py' 2>/dev/null ||
+    timeout 600 "$dir/bin/pip" install -q --disable-pip-version-check keras jax h5py >&2 ||
+    echo "test_python: could not install keras/jax; e2e.keras_weights will be skipped" >&2
+}
+
 if [ -x "$dir/bin/python3" ] && "$dir/bin/python3" -c "$check" 2>/dev/null; then
   add_onnxruntime
+  add_keras
   echo "$dir/bin"
   exit 0
 fi
@@ -29,6 +37,7 @@ if python3 -m venv --system-site-packages "$dir" >&2 &&
   timeout 300 "$dir/bin/pip" install -q --disable-pip-version-check "${modules[@]}" >&2 &&
   "$dir/bin/python3" -c "$check"; then
   add_onnxruntime
+  add_keras
   echo "$dir/bin"
   exit 0
 fi

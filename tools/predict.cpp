@@ -172,7 +172,10 @@ InputSpec input_spec(nn::Sequential& model) {
 // ---------------------------------------------------------------- input files
 
 Inputs read_array_input(const std::string& path) {
-  const data::NumericArray a = data::parse_array_file(data::read_file_bytes(path), path);
+  return array_input(data::parse_array_file(data::read_file_bytes(path), path), path);
+}
+
+Inputs array_input(const data::NumericArray& a, const std::string& path) {
   MIRROR_CHECK(!a.shape.empty(), DataError,
                path +
                    ": a scalar holds no samples; save an array [N, ...] with one sample per "

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mirror/data/numeric_array.h"
 #include "mirror/nn/models.h"
 #include "mirror/train/checkpoint.h"
 
@@ -53,6 +54,9 @@ struct Inputs {
 /// A .npy or IDX file (gzip accepted): uint8 is scaled by 1/255 as mirror-train does, other
 /// numbers are read as floats; int32/int64 [N, T] are token ids.
 Inputs read_array_input(const std::string& path);
+/// The same for an array already in memory (the Python module's NumPy input); `name` is used
+/// in errors.
+Inputs array_input(const data::NumericArray& array, const std::string& name);
 /// A CSV of numeric feature columns (a header row is detected as in training); `label_column`
 /// (a name or 0-based index) is dropped when given, so a training file can be used as is.
 Inputs read_csv_input(const std::string& path, const std::string& label_column);

@@ -90,6 +90,13 @@ ArrayFile ArrayFile::in_memory(NumericArray array, std::string name) {
   ArrayFile a;
   a.name_ = std::move(name);
   a.type_ = array.type;
+  if (array.borrowed != nullptr) {  // Note [Borrowed elements] (numeric_array.h): no copy
+    a.size_ = static_cast<std::uint64_t>(array.numel()) * element_size(array.type);
+    a.shape_ = std::move(array.shape);
+    a.data_ = array.borrowed;
+    a.borrowed_owner_ = std::move(array.owner);
+    return a;
+  }
   a.shape_ = std::move(array.shape);
   a.size_ = array.bytes.size();
   auto owned = std::make_shared<const std::vector<std::uint8_t>>(std::move(array.bytes));

@@ -55,6 +55,7 @@ class ArrayFile {
   bool big_endian_ = false, gzip_ = false;
   std::shared_ptr<const MappedFile> mapping_;
   std::shared_ptr<const std::vector<std::uint8_t>> owned_;
+  std::shared_ptr<const void> borrowed_owner_;  // keeps borrowed elements alive
   const std::uint8_t* data_ = nullptr;  // the payload, in the mapping or in owned_
   std::uint64_t size_ = 0, offset_ = 0;  // payload bytes; its offset in the file
 };

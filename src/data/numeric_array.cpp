@@ -73,7 +73,7 @@ T load(const std::uint8_t* p) {
 }  // namespace
 
 double NumericArray::value(std::int64_t i) const {
-  const std::uint8_t* p = bytes.data() + i * element_size(type);
+  const std::uint8_t* p = data() + i * element_size(type);
   switch (type) {
     case ElementType::kUInt8:
       return *p;
@@ -98,7 +98,7 @@ double NumericArray::value(std::int64_t i) const {
 std::int64_t NumericArray::integer(std::int64_t i) const {
   MIRROR_CHECK(!is_floating(type), InvalidArgument,
                std::string("NumericArray::integer on a ") + element_type_name(type) + " array");
-  if (type == ElementType::kInt64) return load<std::int64_t>(bytes.data() + i * 8);
+  if (type == ElementType::kInt64) return load<std::int64_t>(data() + i * 8);
   return static_cast<std::int64_t>(value(i));  // exact: every other integer type fits a double
 }
 

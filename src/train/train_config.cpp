@@ -150,7 +150,8 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(resume_or_start) X(allow_config_change) X(overwrite_checkpoints)                          \
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
   X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment) X(comm) X(train_images)    \
-  X(test_images) X(image_size) X(color) X(decode) X(data_workers) X(skip_bad_samples)
+  X(test_images) X(image_size) X(color) X(decode) X(data_workers) X(skip_bad_samples)         \
+  X(init_weights)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {

@@ -11,6 +11,7 @@
 #include "mirror/data/synthetic.h"
 #include "mirror/data/words.h"
 #include "mirror/json_input.h"
+#include "mirror/train/keras_weights.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
@@ -156,8 +157,9 @@ nn::DataShape data_shape(const data::Dataset& d) {
 }
 
 /// The spec bound to the training data; a mismatch names the spec, the data and both values.
-nn::ModelSpec bind_to_data(const TrainConfig& c, const data::Dataset& train) {
+nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, const data::Dataset& train) {
   nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
+                       : s.model_spec       ? nn::ModelSpec::from_json(*s.model_spec, c.model_spec)
                                             : nn::ModelSpec::from_file(c.model_spec);
   if (c.sync_batchnorm) spec = spec.with_synchronized_batchnorm();
   const bool cross_entropy = c.loss == "auto"
@@ -172,11 +174,29 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const data::Dataset& train) {
   try {
     return spec.bind(data_shape(train));
   } catch (const InvalidArgument& e) {
-    const std::string what =
-        c.model_spec.empty() ? "--model " + c.model : "--model-spec " + c.model_spec;
+    const std::string what = c.model_spec.empty() ? "--model " + c.model
+                             : s.model_spec       ? c.model_spec
+                                                  : "--model-spec " + c.model_spec;
     throw InvalidArgument(what + " does not fit the training data (" + train.describe() +
                           "): " + e.what());
   }
+}
+
+/// Note [In-memory sources] (trainer.h): every source stands for a file the config names.
+void check_sources(const TrainConfig& c, const Sources& s) {
+  const std::pair<bool, const char*> named[] = {
+      {!s.train_x || !c.train_x.empty(), "train_x"},
+      {!s.train_y || !c.train_y.empty(), "train_y"},
+      {!s.test_x || !c.test_x.empty(), "test_x"},
+      {!s.test_y || !c.test_y.empty(), "test_y"},
+      {!s.model_spec || !c.model_spec.empty(), "model_spec"}};
+  for (const auto& [ok, field] : named) {
+    MIRROR_CHECK(ok, InvalidArgument,
+                 std::string("an in-memory ") + field + " needs a name in the config's " + field);
+  }
+  MIRROR_CHECK(s.train_x.has_value() == s.train_y.has_value() &&
+                   s.test_x.has_value() == s.test_y.has_value(),
+               InvalidArgument, "in-memory x and y arrays go together");
 }
 
 }  // namespace
@@ -207,9 +227,10 @@ std::string data_checksum(const data::Dataset& train, const data::Dataset* test)
   return buf;
 }
 
-ConfigTask task_from_config(const TrainConfig& c) {
-  DataSplits d = c.own_data() ? load_own_data(c) : builtin_data(c);
-  const nn::ModelSpec bound = bind_to_data(c, *d.train);
+ConfigTask task_from_config(const TrainConfig& c, const Sources& s) {
+  check_sources(c, s);
+  DataSplits d = c.own_data() ? load_own_data(c, s) : builtin_data(c);
+  const nn::ModelSpec bound = bind_to_data(c, s, *d.train);
   ConfigTask t;
   t.name = bound.name();
   t.label = t.name;
@@ -227,6 +248,19 @@ ConfigTask task_from_config(const TrainConfig& c) {
   t.task.model = [bound, seed](Device d) {
     return nn::make_model(bound, DType::kFloat32, d, seed);
   };
+  if (!c.init_weights.empty()) {
+    // --init-weights: every replica starts from the file's weights (read once per rank, as the
+    // data files are), BatchNorm statistics included.
+    const std::string path = c.init_weights;
+    auto init = std::make_shared<const NamedTensors>(
+        from_keras_weights(bound, read_keras_weights_file(path), "--init-weights " + path));
+    t.task.model = [bound, seed, init, path](Device d) {
+      nn::Sequential m = nn::make_model(bound, DType::kFloat32, d, seed);
+      assign_model_tensors(m, *init, "--init-weights " + path);
+      return m;
+    };
+    t.label += "; initial weights from " + path;
+  }
   return t;
 }
 

@@ -20,7 +20,8 @@ namespace mirror::train {
 namespace {
 
 struct SplitFiles {
-  const std::string &x, &y, &csv, &tokens, &images;
+  const std::string &x, &y, &csv, &tokens;
+  const std::optional<data::NumericArray>&x_array, &y_array;  // Note [In-memory sources]
 };
 
 /// An image folder; the test split takes the training split's classes (`class_names`).
@@ -44,6 +45,7 @@ std::shared_ptr<const data::Dataset> load_split(const TrainConfig& c, const Spli
     data::ArrayOptions o;
     o.num_classes = classes;
     o.sample_shape = c.parsed_input_shape();
+    if (f.x_array && f.y_array) return data::arrays_dataset(*f.x_array, *f.y_array, o, f.x, f.y);
     return data::load_arrays(f.x, f.y, o);
   }
   if (!f.csv.empty()) {
@@ -161,7 +163,7 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
 
 }  // namespace
 
-DataSplits load_own_data(const TrainConfig& c) {
+DataSplits load_own_data(const TrainConfig& c, const Sources& s) {
   DataSplits d;
   if (!c.train_images.empty()) {
     d.train = load_images(c, c.train_images, {});
@@ -172,15 +174,15 @@ DataSplits load_own_data(const TrainConfig& c) {
     }
     return d;
   }
-  d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens, c.train_images},
+  d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens, s.train_x, s.train_y},
                        c.num_classes, 0);
   check_magnitude(*d.train, "training", d);
   for (const std::string& note : d.train->notes()) d.warnings.push_back(note);
   const bool has_test = !c.test_x.empty() || !c.test_csv.empty() || !c.test_tokens.empty();
   if (has_test) {
     const int classes = c.num_classes > 0 ? c.num_classes : d.train->num_classes();
-    d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens, c.test_images}, classes,
-                        d.train->vocab_size());
+    d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens, s.test_x, s.test_y},
+                        classes, d.train->vocab_size());
     check_magnitude(*d.test, "test", d);
     for (const std::string& note : d.test->notes()) d.warnings.push_back(note);
   }

@@ -157,7 +157,7 @@ dist::LossKind resolve_loss(const std::string& name, const data::Dataset& train)
   return kind;
 }
 
-Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> given)
+Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> given, Sources sources)
     : runtime(rt),
       config(std::move(cfg)),
       trace(rt.world_rank(), !config.trace.empty()),
@@ -192,7 +192,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
       model_name = "custom";
       model_label = task_label(task.model_description);
     } else {
-      ConfigTask built = task_from_config(config);
+      ConfigTask built = task_from_config(config, sources);
       task = std::move(built.task);
       model_name = std::move(built.name);
       model_label = std::move(built.label);
@@ -522,8 +522,23 @@ Trainer::Trainer(dist::Runtime& runtime, TrainConfig config, Task task)
     : impl_(std::make_unique<Impl>(runtime, std::move(config), std::move(task))) {}
 Trainer::Trainer(dist::Runtime& runtime, TrainConfig config)
     : impl_(std::make_unique<Impl>(runtime, std::move(config), std::nullopt)) {}
+Trainer::Trainer(dist::Runtime& runtime, TrainConfig config, Sources sources)
+    : impl_(std::make_unique<Impl>(runtime, std::move(config), std::nullopt, std::move(sources))) {}
 Trainer::~Trainer() = default;
 FitSummary Trainer::fit() { return impl_->fit(); }
 nn::Sequential& Trainer::model() { return impl_->strategy->model(0); }
+void Trainer::set_callbacks(FitCallbacks callbacks) { impl_->callbacks = std::move(callbacks); }
+const std::string& Trainer::model_description() const { return impl_->task.model_description; }
+
+NamedTensors Trainer::weights() {
+  // Every replica holds the same moving statistics after every step (Note [Buffers across
+  // replicas], distributed/strategy_sync_bn.cpp): replica 0's are everyone's.
+  NamedTensors out;
+  nn::Sequential& model = impl_->strategy->model(0);
+  // clone(): a snapshot, not a view of weights that a later fit() changes.
+  for (nn::Parameter* p : model.parameters()) out[p->name] = p->value.to(Device::cpu()).clone();
+  for (nn::Buffer* b : model.buffers()) out[b->name] = b->value.to(Device::cpu()).clone();
+  return out;
+}
 
 }  // namespace mirror::train

@@ -30,7 +30,45 @@ std::string number(double v) {
   return buf;
 }
 
+/// Keras's names for the fit callbacks and the history: loss and metrics, then val_ ones.
+Logs logs_of(const MetricSums& train, const MetricSums* test) {
+  Logs logs = {{"loss", train.loss()}};
+  for (auto [name, value] : train.named()) logs.emplace_back(name, value);
+  if (!test) return logs;
+  logs.emplace_back("val_loss", test->loss());
+  for (auto [name, value] : test->named()) logs.emplace_back(std::string("val_") + name, value);
+  return logs;
+}
+
 }  // namespace
+
+// Note [Fit callbacks] (trainer.h): the answers are gathered as one short string per rank:
+// "" to go on, "s" to stop, "e" and the message of what the hook threw.
+bool Trainer::Impl::agree_on_callback(const std::function<bool()>& hook, const std::string& where) {
+  std::string mine;
+  try {
+    if (hook()) mine = "s";
+  } catch (const std::exception& e) {
+    mine = "e" + message_for(e);
+  }
+  const std::vector<std::string> all = runtime.all_gather_string(mine);
+  bool stop = false;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty() && all[r][0] == 'e') {
+      throw JobStopped("training stopped at " + where + ": a callback failed on rank " +
+                           std::to_string(r) + ": " + all[r].substr(1),
+                       1, static_cast<std::size_t>(runtime.world_rank()) == r);
+    }
+    stop = stop || all[r] == "s";
+  }
+  if (stop && is_root()) {
+    progress.message("[mirror] a callback asked to stop at " + where + "; every rank stops" +
+                     (config.checkpoint_dir.empty()
+                          ? std::string()
+                          : " (checkpoint in " + config.checkpoint_dir + ")"));
+  }
+  return stop;
+}
 
 // Note [Failed runs]: a run whose loss is no longer finite, or whose steps keep being skipped
 // (non-finite gradients: no update anywhere, MirroredStrategy::train_step), learns nothing and
@@ -110,7 +148,13 @@ FitSummary Trainer::Impl::fit() {
       // Note [Preemption]: the flag came through the step's all-reduce, so every rank stops
       // here; the checkpoint observer saves at the last step.
       summary.preempted = event.result->stop_requested;
-      stop = event.last = summary.preempted || reached(global_step);
+      if (!summary.preempted && callbacks.on_step_end) {
+        const Logs logs = logs_of(*event.epoch_metrics, nullptr);
+        const std::int64_t at = event.global_step;
+        summary.stopped_by_callback = agree_on_callback(
+            [&] { return callbacks.on_step_end(at, logs); }, "step " + std::to_string(at));
+      }
+      stop = event.last = summary.preempted || summary.stopped_by_callback || reached(global_step);
       for (auto& o : observers) o->on_step(event);
     }
     if (summary.preempted) {
@@ -138,6 +182,14 @@ FitSummary Trainer::Impl::fit() {
     }
     summary.data_wait_seconds += done.data_wait_seconds;
     for (auto& o : observers) o->on_epoch(done);
+    summary.history.push_back(logs_of(done.train, done.test ? &*done.test : nullptr));
+    if (callbacks.on_epoch_end) {
+      const Logs& logs = summary.history.back();
+      if (agree_on_callback([&] { return callbacks.on_epoch_end(epoch, logs); },
+                            "the end of epoch " + std::to_string(epoch + 1))) {
+        summary.stopped_by_callback = stop = true;
+      }
+    }
   }
   summary.steps = global_step - start.global_step;
   summary.final_step = global_step;

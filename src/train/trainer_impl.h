@@ -37,15 +37,17 @@ struct ConfigTask {
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
 /// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
-/// InvalidArgument naming both values when the spec does not fit the data.
-ConfigTask task_from_config(const TrainConfig& config);
+/// InvalidArgument naming both values when the spec does not fit the data. `sources` replace
+/// files of the config (Note [In-memory sources], trainer.h).
+ConfigTask task_from_config(const TrainConfig& config, const Sources& sources = {});
 
 struct DataSplits {
   std::shared_ptr<const data::Dataset> train, test;  // test null when no test files are named
   std::vector<std::string> warnings;                 // Note [Data magnitude] (train_own_data.cpp)
 };
-/// The user's data files named by the config (arrays, CSV or token text).
-DataSplits load_own_data(const TrainConfig& config);
+/// The user's data files named by the config (arrays, CSV or token text), or the arrays of
+/// `sources` in their place.
+DataSplits load_own_data(const TrainConfig& config, const Sources& sources = {});
 
 /// Note [Data limits]
 /// --train-limit N keeps N samples chosen by a permutation seeded from --seed (not the first N:
@@ -185,7 +187,7 @@ std::vector<std::unique_ptr<FitObserver>> make_observers(Trainer::Impl& impl);
 // ---- the trainer -------------------------------------------------------------------------
 
 struct Trainer::Impl {
-  Impl(dist::Runtime& runtime, TrainConfig config, std::optional<Task> task);
+  Impl(dist::Runtime& runtime, TrainConfig config, std::optional<Task> task, Sources sources = {});
 
   dist::Runtime& runtime;
   TrainConfig config;
@@ -207,7 +209,8 @@ struct Trainer::Impl {
   MetricsLog log;                                // rank 0 only
   TraceRecorder trace;
   Progress progress;
-  StartPoint start;  // where fit() begins: fresh, or the checkpoint restore() loaded
+  StartPoint start;        // where fit() begins: fresh, or the checkpoint restore() loaded
+  FitCallbacks callbacks;  // Note [Fit callbacks] (trainer.h)
 
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
@@ -255,6 +258,9 @@ struct Trainer::Impl {
   std::optional<MetricSums> evaluate();
   FitSummary finish(const FitSummary& partial);
   void report_bad_samples();  // --skip-bad-samples: the count, on rank 0 (collective)
+  /// Note [Fit callbacks]: runs `hook` (a callback) on every rank and agrees on the answers;
+  /// true when some rank asked to stop, JobStopped when a hook threw on some rank.
+  bool agree_on_callback(const std::function<bool()>& hook, const std::string& where);
   void report_preemption(std::int64_t global_step);
 };
 

@@ -43,7 +43,7 @@ echo '{"epochs": 1.5}' >epochs.json
 expect config-fraction 2 "'epochs' must be an integer, got 1.5" -- "${base[@]}" --config epochs.json
 mkdir confdir
 expect config-dir 2 'confdir is a directory' -- "${base[@]}" --config confdir
-expect debug-location 2 'give a JSON file \[examples/mirror_train\.cpp:[0-9]+\]' -- "${base[@]}" --config confdir --debug
+expect debug-location 2 'give a JSON file \[tools/train_flags\.cpp:[0-9]+\]' -- "${base[@]}" --config confdir --debug
 
 # Runaway memory: a batch larger than the data, and a step larger than the memory allowed.
 expect batch-million 3 'global batch \(1000000 samples\) is larger than the training set \(2000 samples\)' -- \

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,21 @@ const char* element_type_name(ElementType type);
 bool is_floating(ElementType type);
 
 /// An array in row-major (C) order with little-endian elements (whatever the file's order
-/// was): `bytes` holds exactly numel(shape) * element_size(type) bytes.
+/// was): `bytes` holds exactly numel(shape) * element_size(type) bytes, unless the elements
+/// are borrowed.
 struct NumericArray {
   ElementType type = ElementType::kUInt8;
   std::vector<std::int64_t> shape;
   std::vector<std::uint8_t> bytes;
+  /// Note [Borrowed elements]: elements that live elsewhere (a NumPy array the Python module
+  /// passes without a copy): when set, `borrowed` points at the numel * element_size bytes,
+  /// `bytes` is empty, and `owner` keeps that memory alive for as long as any copy of this
+  /// array (or a Dataset made from it) exists. Nobody may write them meanwhile.
+  const std::uint8_t* borrowed = nullptr;
+  std::shared_ptr<const void> owner{};
+
+  /// The elements: `borrowed` when set, else `bytes`.
+  const std::uint8_t* data() const { return borrowed ? borrowed : bytes.data(); }
 
   std::int64_t numel() const;
   /// Element i converted to double (int64 values beyond 2^53 lose precision).

@@ -5,15 +5,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "mirror/data/dataset.h"
+#include "mirror/data/numeric_array.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
+#include "mirror/train/checkpoint.h"
 
 namespace mirror::dist {
 class Runtime;
@@ -25,10 +30,12 @@ struct TrainConfig {
   // model
   std::string model = "cnn";  // built-in spec: cnn | gru-rows | gru-words
   std::string model_spec;     // a model spec JSON file (replaces --model)
+  std::string init_weights;   // start from these weights: a Keras .weights.h5 (fine-tuning)
   std::string loss = "auto";  // auto (softmax CE for class labels, MSE for float targets) | ...
   // --sync-batchnorm: every BatchNormalization synchronized across replicas
   bool sync_batchnorm = false;
-  // --augment: random crops and flips of training images, e.g. "crop=4,flip" (mirror/data/augment.h)
+  // --augment: random crops and flips of training images, e.g. "crop=4,flip"
+  // (mirror/data/augment.h)
   std::string augment = "none";
   // built-in data (when no data files are given)
   std::string data = "real";  // real | synthetic
@@ -124,6 +131,10 @@ void check_weight_decay_flag(double value);
 /// or anything else that is not a whole number in range.
 std::uint64_t parse_seed(const std::string& text);
 
+/// Metrics by Keras's names, in order: "loss", then "accuracy" (or "mse", "mae"), and after an
+/// epoch with test data "val_loss", "val_accuracy" (or "val_mse", "val_mae").
+using Logs = std::vector<std::pair<std::string, double>>;
+
 /// Metrics of the last epoch. Accuracy is per sample for softmax cross-entropy and per target
 /// element for binary cross-entropy; mse/mae are set for mean squared error (0 otherwise).
 struct FitSummary {
@@ -146,6 +157,37 @@ struct FitSummary {
   // Stopped early by SIGTERM/SIGINT/SIGUSR1 on some rank (Note [Preemption], preemption.h):
   // every rank stopped after the same step and rank 0 checkpointed it (with --checkpoint-dir).
   bool preempted = false;
+  // Stopped early because a fit callback asked to (Note [Fit callbacks]).
+  bool stopped_by_callback = false;
+  // Each epoch's logs (as FitCallbacks::on_epoch_end gets them), for this fit's epochs.
+  std::vector<Logs> history;
+};
+
+/// Note [Fit callbacks]: hooks a front end (the Python module's callbacks) runs on every rank,
+/// on the thread that called fit(): on_step_end after each training step with the global step
+/// (steps done, this one included) and the epoch's metrics so far; on_epoch_end after each
+/// epoch (0-based) and its evaluation. Returning true asks to stop; a hook that throws fails the
+/// run. The metrics are the same on every rank, but what a hook decides need not be, so the
+/// ranks' answers are agreed in one all-gather after every call (one small collective per step
+/// when on_step_end is set): every rank stops after the same step, when any rank asked, with a
+/// checkpoint of that step as at the end of a run; a hook that throws on any rank stops every
+/// rank with a JobStopped (exit code 1) whose message names the rank, the step and the error.
+/// A stop asked at a step still ends that epoch with its evaluation and on_epoch_end (Keras's
+/// stop_training does the same); a stop signal (Note [Preemption]) skips the hooks.
+struct FitCallbacks {
+  std::function<bool(std::int64_t global_step, const Logs& logs)> on_step_end;
+  std::function<bool(int epoch, const Logs& logs)> on_epoch_end;
+};
+
+/// Note [In-memory sources]: what a front end holds in memory instead of the files the config
+/// names: the Python module's NumPy arrays and Keras model objects. Each source given replaces
+/// the file of its config field, which must then be set to a name for it (messages, the log
+/// and checkpoints' 'mirror.config' show that name); the source is read, checked and bound
+/// exactly as that file would be, so a run on arrays equals the run on the same arrays saved as
+/// .npy files. InvalidArgument when a source has no name in the config.
+struct Sources {
+  std::optional<data::NumericArray> train_x, train_y, test_x, test_y;  // config.train_x, ...
+  std::optional<nlohmann::json> model_spec;  // a model spec's JSON; config.model_spec
 };
 
 /// Exit code of mirror-train when its set-up fails after start-up (a bad model spec, data file,
@@ -193,6 +235,8 @@ class Trainer {
   Trainer(dist::Runtime& runtime, TrainConfig config, Task task);
   /// mirror-train: the task (built-in model and data) comes from the config.
   Trainer(dist::Runtime& runtime, TrainConfig config);
+  /// The same with some of the config's files given in memory (Note [In-memory sources]).
+  Trainer(dist::Runtime& runtime, TrainConfig config, Sources sources);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -203,6 +247,16 @@ class Trainer {
 
   /// Local replica 0's model (after fit(): the trained weights, identical on every replica).
   nn::Sequential& model();
+
+  /// Hooks run during fit() (Note [Fit callbacks]); set them on every rank alike.
+  void set_callbacks(FitCallbacks callbacks);
+  /// The model's weights as a checkpoint holds them (parameters and BatchNorm moving statistics
+  /// by name, no optimizer state) as CPU tensors; every replica holds the same ones after every
+  /// step, so this needs no communication.
+  NamedTensors weights();
+  /// The task's model description: for a config's task the bound model spec's JSON (what a
+  /// checkpoint stores as 'mirror.model').
+  const std::string& model_description() const;
 
   struct Impl;
 

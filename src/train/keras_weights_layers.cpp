@@ -1,0 +1,239 @@
+// The Keras weight conversion of every built-in layer type (Note [Keras weights] in
+// include/mirror/train/keras_weights.h): Mirror's layouts (OIHW kernels, PyTorch's GRU gates r, z,
+// n and two biases, the LSTM's two biases) against Keras's (HWIO kernels, z, r, h, one LSTM bias).
+// A new layer type adds its entry here (or calls register_keras_conversion).
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "mirror/error.h"
+#include "mirror/train/keras_weights.h"
+
+namespace mirror::train::detail {
+
+using nlohmann::json;
+using namespace keras_layout;  // NOLINT(google-build-using-namespace): this file's vocabulary
+
+namespace {
+
+using Vars = std::vector<KerasVariables>;
+
+const Tensor& at(const LayerTensors& t, const std::string& what) {
+  const auto it = t.find(what);
+  MIRROR_CHECK(it != t.end(), Error, "Keras weights: the layer has no tensor '" + what + "'");
+  return it->second;
+}
+
+/// Keras's variables of the object at `path` (relative to the layer).
+const std::vector<Tensor>& vars(const Vars& v, const std::string& path) {
+  for (const KerasVariables& k : v) {
+    if (k.path == path) return k.values;
+  }
+  throw Error("Keras weights: no Keras object '" + path + "'");
+}
+
+Tensor features(const KerasLayerInfo& info, const Tensor& t) {
+  return info.feature_order.empty() ? t : gather_rows(t, info.feature_order);
+}
+
+Tensor mirror_features(const KerasLayerInfo& info, const Tensor& t) {
+  return info.feature_order.empty() ? t : gather_rows(t, inverse(info.feature_order));
+}
+
+Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), DType::kFloat32); }
+
+Tensor stack2(const Tensor& a, const Tensor& b) {
+  Tensor y = Tensor::empty({2, a.numel()}, DType::kFloat32);
+  std::copy_n(a.data<float>(), a.numel(), y.data<float>());
+  std::copy_n(b.data<float>(), b.numel(), y.data<float>() + a.numel());
+  return y;
+}
+
+Tensor row(const Tensor& t, std::int64_t r) {
+  const std::int64_t n = t.dim(1);
+  Tensor y = Tensor::empty({n}, DType::kFloat32);
+  std::copy_n(t.data<float>() + r * n, n, y.data<float>());
+  return y;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = a.clone();
+  for (std::int64_t i = 0; i < y.numel(); ++i) y.data<float>()[i] += b.data<float>()[i];
+  return y;
+}
+
+// ---------------------------------------------------------------- dense, convolutions
+
+KerasConversion dense() {
+  KerasConversion c;
+  c.keras_class = "dense";
+  c.feature_order = FeatureOrder::kConsume;
+  // Kernel [in, units] in both; after a Flatten of images its rows follow Keras's order.
+  c.to_keras = [](const KerasLayerInfo& info, const LayerTensors& t) {
+    return Vars{{"", "", {features(info, at(t, "kernel")), at(t, "bias")}}};
+  };
+  c.from_keras = [](const KerasLayerInfo& info, const Vars& v) {
+    const auto& k = vars(v, "");
+    return LayerTensors{{"kernel", mirror_features(info, k[0])}, {"bias", k[1]}};
+  };
+  return c;
+}
+
+/// A kernel and an optional bias whose kernel is transposed by `to` (and back by `from`).
+KerasConversion kernel_bias(const std::string& keras_class, std::vector<int> to,
+                            std::vector<int> from) {
+  KerasConversion c;
+  c.keras_class = keras_class;
+  c.to_keras = [to](const KerasLayerInfo&, const LayerTensors& t) {
+    KerasVariables k{"", "", {transpose(at(t, "kernel"), to)}};
+    if (t.count("bias")) k.values.push_back(at(t, "bias"));
+    return Vars{k};
+  };
+  c.from_keras = [from](const KerasLayerInfo&, const Vars& v) {
+    const auto& k = vars(v, "");
+    LayerTensors out{{"kernel", transpose(k[0], from)}};
+    if (k.size() > 1) out["bias"] = k[1];
+    return out;
+  };
+  return c;
+}
+
+KerasConversion embedding() {
+  KerasConversion c;
+  c.keras_class = "embedding";
+  c.to_keras = [](const KerasLayerInfo&, const LayerTensors& t) {
+    return Vars{{"", "", {at(t, "embeddings")}}};
+  };
+  c.from_keras = [](const KerasLayerInfo&, const Vars& v) {
+    return LayerTensors{{"embeddings", vars(v, "")[0]}};
+  };
+  return c;
+}
+
+// ---------------------------------------------------------------- recurrent
+
+/// Mirror's GRU gates r, z, n <-> Keras's z, r, h (the swap is its own inverse).
+const std::vector<int> kSwapRz = {1, 0, 2};
+
+/// One GRU or LSTM cell: Mirror tensors "<prefix>kernel", ... <-> the cell's three variables.
+std::vector<Tensor> cell_to_keras(bool gru, const LayerTensors& t, const std::string& prefix) {
+  const Tensor& k = at(t, prefix + "kernel");
+  const Tensor& rk = at(t, prefix + "recurrent_kernel");
+  const Tensor& b = at(t, prefix + "bias");
+  const Tensor& rb = at(t, prefix + "recurrent_bias");
+  if (gru) {
+    return {transpose(reorder_blocks(k, kSwapRz), {1, 0}),
+            transpose(reorder_blocks(rk, kSwapRz), {1, 0}),
+            stack2(reorder_blocks(b, kSwapRz), reorder_blocks(rb, kSwapRz))};
+  }
+  // Keras's LSTM gates i, f, c, o are Mirror's i, f, g, o; its one bias is the sum of both.
+  return {transpose(k, {1, 0}), transpose(rk, {1, 0}), add(b, rb)};
+}
+
+void cell_from_keras(bool gru, const std::vector<Tensor>& v, const std::string& prefix,
+                     LayerTensors& out) {
+  if (gru) {
+    out[prefix + "kernel"] = reorder_blocks(transpose(v[0], {1, 0}), kSwapRz);
+    out[prefix + "recurrent_kernel"] = reorder_blocks(transpose(v[1], {1, 0}), kSwapRz);
+    out[prefix + "bias"] = reorder_blocks(row(v[2], 0), kSwapRz);
+    out[prefix + "recurrent_bias"] = reorder_blocks(row(v[2], 1), kSwapRz);
+    return;
+  }
+  out[prefix + "kernel"] = transpose(v[0], {1, 0});
+  out[prefix + "recurrent_kernel"] = transpose(v[1], {1, 0});
+  out[prefix + "bias"] = v[2];
+  out[prefix + "recurrent_bias"] = zeros_like(v[2]);
+}
+
+KerasConversion recurrent(const std::string& kind) {
+  KerasConversion c;
+  c.keras_class = kind;
+  const bool gru = kind == "gru";
+  c.to_keras = [gru](const KerasLayerInfo&, const LayerTensors& t) {
+    return Vars{{"cell", "", cell_to_keras(gru, t, "")}};
+  };
+  c.from_keras = [gru](const KerasLayerInfo&, const Vars& v) {
+    LayerTensors out;
+    cell_from_keras(gru, vars(v, "cell"), "", out);
+    return out;
+  };
+  return c;
+}
+
+KerasConversion bidirectional() {
+  KerasConversion c;
+  c.keras_class = "bidirectional";
+  auto is_gru = [](const KerasLayerInfo& info) { return (*info.spec)["layer"]["type"] == "gru"; };
+  c.to_keras = [is_gru](const KerasLayerInfo& info, const LayerTensors& t) {
+    const bool gru = is_gru(info);
+    return Vars{{"forward_layer/cell", "", cell_to_keras(gru, t, "forward/")},
+                {"backward_layer/cell", "", cell_to_keras(gru, t, "backward/")}};
+  };
+  c.from_keras = [is_gru](const KerasLayerInfo& info, const Vars& v) {
+    LayerTensors out;
+    cell_from_keras(is_gru(info), vars(v, "forward_layer/cell"), "forward/", out);
+    cell_from_keras(is_gru(info), vars(v, "backward_layer/cell"), "backward/", out);
+    return out;
+  };
+  return c;
+}
+
+// ---------------------------------------------------------------- normalisation
+
+/// Per-feature tensors in Keras's order (`names`, those the layer has): BatchNormalization's
+/// gamma, beta, moving_mean, moving_variance; LayerNormalization's gamma, beta. After a Flatten
+/// of images they follow Keras's feature order.
+KerasConversion per_feature(const std::string& keras_class, std::vector<std::string> names) {
+  KerasConversion c;
+  c.keras_class = keras_class;
+  c.feature_order = FeatureOrder::kPass;
+  c.to_keras = [names](const KerasLayerInfo& info, const LayerTensors& t) {
+    KerasVariables k{"", "", {}};
+    for (const std::string& n : names) {
+      if (t.count(n)) k.values.push_back(features(info, at(t, n)));
+    }
+    return Vars{k};
+  };
+  c.from_keras = [names](const KerasLayerInfo& info, const Vars& v) {
+    const auto& k = vars(v, "");
+    const json& spec = *info.spec;
+    LayerTensors out;
+    std::size_t i = 0;
+    for (const std::string& n : names) {
+      const bool present = (n != "gamma" || spec.value("scale", true)) &&
+                           (n != "beta" || spec.value("center", true));
+      if (present && i < k.size()) out[n] = mirror_features(info, k[i++]);
+    }
+    return out;
+  };
+  return c;
+}
+
+KerasConversion order_rule(FeatureOrder rule) {
+  KerasConversion c;
+  c.feature_order = rule;
+  return c;
+}
+
+}  // namespace
+
+void register_builtin_keras_conversions(std::map<std::string, KerasConversion>& t) {
+  t["dense"] = dense();
+  // Conv2D: Mirror OIHW, Keras HWIO. Conv1D: Mirror [O, k, I], Keras [k, I, O].
+  t["conv2d"] = kernel_bias("conv2d", {2, 3, 1, 0}, {3, 2, 0, 1});
+  t["conv1d"] = kernel_bias("conv1d", {1, 2, 0}, {2, 0, 1});
+  t["embedding"] = embedding();
+  t["gru"] = recurrent("gru");
+  t["lstm"] = recurrent("lstm");
+  t["bidirectional"] = bidirectional();
+  t["batch_normalization"] =
+      per_feature("batch_normalization", {"gamma", "beta", "moving_mean", "moving_variance"});
+  t["layer_normalization"] = per_feature("layer_normalization", {"gamma", "beta"});
+  // Layers without weights that a Flatten's feature order passes through.
+  for (const char* type : {"activation", "dropout"}) t[type] = order_rule(FeatureOrder::kPass);
+  t["flatten"] = order_rule(FeatureOrder::kFlatten);
+  t["add"] = order_rule(FeatureOrder::kMerge);
+  t["concatenate"] = order_rule(FeatureOrder::kConcat);
+}
+
+}  // namespace mirror::train::detail
