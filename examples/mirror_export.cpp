@@ -21,7 +21,8 @@ constexpr const char* kAbout =
     "  mirror-export --checkpoint run/ck --onnx model.onnx\n"
     "The graph (opset 17) takes 'input' (float [N, sample...], or int32 token ids [N, T] with\n"
     "0 as trailing padding) and gives 'output' (float [N, outputs]): the logits, or with\n"
-    "--output-kind probabilities their softmax, as mirror-predict computes them.\n"
+    "--output-kind probabilities their softmax (the sigmoid of a sigmoid or one-output head), as\n"
+    "mirror-predict computes them.\n"
     "Exit status: 0 written, 2 bad flags, input or a layer that cannot be exported, 1 other.\n\n"
     "Options";
 
@@ -47,6 +48,8 @@ int run(const std::string& checkpoint, const std::string& onnx, const std::strin
   mirror::nn::Sequential model = mirror::predict::build_model(ck, mirror::Device::cpu());
   mirror::onnx::ExportOptions options;
   options.probabilities = kind == "probabilities";
+  options.sigmoid =
+      mirror::predict::sigmoid_outputs(ck.spec, mirror::shape_numel(model.output_shape()));
   options.tokens = mirror::predict::input_spec(model).tokens;
   options.name = ck.spec.name();
   const mirror::onnx::Graph graph = mirror::onnx::export_onnx(model, options);
@@ -67,7 +70,7 @@ int main(int argc, char** argv) {
       "a checkpoint file, or a --checkpoint-dir (its newest valid checkpoint)")(
       "onnx", po::value(&onnx), "the ONNX file to write")(
       "output-kind", po::value(&kind)->default_value("logits"),
-      "logits, or probabilities (a Softmax at the end)");
+      "logits, or probabilities (a Softmax at the end; a Sigmoid for a sigmoid head)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(options).run(), vm);

@@ -138,7 +138,8 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
       const std::vector<float> part = pr::run_model(model, inputs, begin, end, f.batch_size);
       mine.insert(mine.end(), part.begin(), part.end());
     }
-    if (f.output_kind == "probabilities") pr::to_probabilities(mine, classes);
+    if (f.output_kind == "probabilities")
+      pr::to_probabilities(mine, classes, pr::sigmoid_outputs(ck.spec, classes));
   });
   if (code) return code;
   const auto shares = rt.all_gather_string(
@@ -184,7 +185,8 @@ int main(int argc, char** argv) {
       "reshape each float sample, e.g. 1,28,28 (as mirror-train's --input-shape)")(
       "output", po::value(&f.output), "where to write the float32 .npy [N, outputs]")(
       "output-kind", po::value(&f.output_kind)->default_value("logits"),
-      "logits (the model's outputs) or probabilities (their softmax)")(
+      "logits (the model's outputs) or probabilities (their softmax; the sigmoid of a sigmoid or "
+      "one-output head)")(
       "batch-size", po::value(&f.batch_size)->default_value(256), "samples per forward pass")(
       "devices", po::value(&f.devices.devices)->default_value("auto"),
       "auto, gpu, gpu:N, cpu (as mirror-train; the first device of the rank runs)");

@@ -31,11 +31,6 @@ std::string valid_steps(Ctx& c, const std::string& x, const std::string& lengths
   return c.b.op("Unsqueeze", {lt, c.b.ints({2})});
 }
 
-/// x with every step at or past its sequence's length replaced by `fill`.
-std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill) {
-  return c.b.op("Where", {valid_steps(c, x, lengths), x, c.b.scalar_f(fill)});
-}
-
 /// Mirror's window_output_length on the lengths tensor (include/mirror/nn/conv1d.h).
 std::string window_lengths(Ctx& c, const std::string& lengths, const std::string& padding,
                            std::int64_t k, std::int64_t stride, std::int64_t dilation) {
@@ -78,6 +73,7 @@ std::string conv1d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) 
     for (std::int64_t j = 0; j < k; ++j)
       for (std::int64_t i = 0; i < ch; ++i) oik[(a * ch + i) * k + j] = w[(a * k + j) * ch + i];
   const std::string padding = cfg["padding"];
+  if (c.keras_masks) c.lengths.clear();  // Note [Sequence masks]: Keras's Conv1D ends the mask
   const std::string y =
       c.b.op("Conv",
              {transpose(c, x, {0, 2, 1}), c.b.floats(params[0]->name, {o, ch, k}, oik),
@@ -97,6 +93,7 @@ std::string pool1d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in, 
   const auto cfg = l.config();
   const std::int64_t k = cfg["pool_size"], s = cfg["strides"];
   const std::string padding = cfg["padding"];
+  if (c.keras_masks) c.lengths.clear();  // Note [Sequence masks]: Keras's pools end the mask
   const Attribute pads = window_pads(padding, c.dynamic_steps ? -1 : in[0], k, s, 1);
   const std::vector<Attribute> window = {attr("kernel_shape", std::vector<std::int64_t>{k}),
                                          attr("strides", std::vector<std::int64_t>{s}), pads};
@@ -134,6 +131,7 @@ std::string pool1d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in, 
 }
 
 std::string global_pool1d(Ctx& c, const std::string& x, bool max, const std::string& name) {
+  if (c.keras_masks && max) c.lengths.clear();  // Keras's GlobalMaxPooling1D reads every step
   std::string y;
   if (max) {
     const std::string in_x =
@@ -226,6 +224,10 @@ std::string recurrent(Ctx& c, nn::Layer& l, const std::vector<nn::Recurrent*>& d
 }
 
 }  // namespace
+
+std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill) {
+  return c.b.op("Where", {valid_steps(c, x, lengths), x, c.b.scalar_f(fill)});
+}
 
 std::string lengths_of_input(Ctx& c, const std::string& x, bool tokens) {
   std::string any = tokens

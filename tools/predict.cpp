@@ -294,8 +294,9 @@ void reshape_samples(Inputs& inputs, const Shape& shape) {
                "--input-shape " + shape_str(shape) + " has " + std::to_string(shape_numel(shape)) +
                    " elements, the input's samples " + shape_str(sample) + " have " +
                    std::to_string(shape_numel(sample)));
+  const std::int64_t count = inputs.count();  // read before the shape is replaced
   inputs.shape = shape;
-  inputs.shape.insert(inputs.shape.begin(), sample.empty() ? 0 : inputs.count());
+  inputs.shape.insert(inputs.shape.begin(), sample.empty() ? 0 : count);
 }
 
 void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what) {
@@ -372,7 +373,15 @@ std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::i
   return out;
 }
 
-void to_probabilities(std::vector<float>& values, std::int64_t classes) {
+bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs) {
+  return spec.sigmoid_folded() || outputs == 1;
+}
+
+void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid) {
+  if (sigmoid) {
+    for (float& v : values) v = static_cast<float>(1.0 / (1.0 + std::exp(-double(v))));
+    return;
+  }
   for (std::size_t row = 0; row + static_cast<std::size_t>(classes) <= values.size();
        row += static_cast<std::size_t>(classes)) {
     float* v = values.data() + row;

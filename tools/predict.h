@@ -70,8 +70,13 @@ void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string
 std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::int64_t begin,
                              std::int64_t end, std::int64_t batch_size);
 
-/// Softmax over each row of `classes` values, in double.
-void to_probabilities(std::vector<float>& values, std::int64_t classes);
+/// Softmax over each row of `classes` values, in double; with `sigmoid`, the sigmoid of each value
+/// instead (Note [Folded sigmoid]: a binary or multi-label head, see sigmoid_outputs).
+void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid = false);
+/// Whether a model's probabilities are the sigmoid of each output rather than a softmax: its
+/// sigmoid was folded into binary cross-entropy, or it has one output (a binary logit, whose
+/// softmax would be 1 whatever the input).
+bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs);
 
 /// Writes a float32 .npy; Error naming the file and the system's reason when it cannot.
 void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& values);

@@ -17,6 +17,9 @@ const std::vector<std::pair<std::string, std::string>>& embedded_model_specs();
 /// The producing layers' names of a Keras layer's "inbound_nodes" (Keras 3 keras_history or
 /// Keras 2 lists); empty for an InputLayer. `where` prefixes errors.
 nlohmann::json keras_inbound_names(const nlohmann::json& inbound_nodes, const std::string& where);
+/// The mask a Keras 3 call is given (kwargs "mask", Note [Keras mask nodes]): the producing
+/// node's name, "" for an explicit null, null when the call records no mask, or a list of names.
+nlohmann::json keras_mask_argument(const nlohmann::json& inbound_nodes);
 /// Note [Spec graph]: a spec is a graph when any layer has "inputs" (names of layers or of the
 /// model input). Then every layer gets a "name" (default "layer_<index>") and "inputs" (default:
 /// the layer listed before it), names are checked (unique, no dangling reference), the layers

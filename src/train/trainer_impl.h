@@ -33,6 +33,7 @@ struct ConfigTask {
   std::string name;
   std::string label;  // for the log: the name, and the spec file and its description when given
   std::vector<std::string> warnings;  // about the data (Note [Data magnitude]); rank 0 prints
+  std::string loss;  // the run's --loss, or what the model decides (Note [Binary heads])
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
 /// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
