@@ -191,7 +191,8 @@ std::string export_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& x
   if (kind == "layer_normalization") return layer_norm(c, l, x, in);
   if (kind == "zero_padding2d") return zero_padding(c, l, x);
   if (kind == "add") return c.b.op(xs.size() == 2 ? "Add" : "Sum", xs, {}, l.name());
-  if (kind == "concatenate") return c.b.op("Concat", xs, {attr("axis", 1)}, l.name());
+  if (kind == "concatenate")  // the channel axis: 1 of NCHW and [N, F], 2 of sequences [N, T, F]
+    return c.b.op("Concat", xs, {attr("axis", in.size() == 2 ? 2 : 1)}, l.name());
   if (kind == "embedding")
     return c.b.op("Gather", {weight(c, *l.parameters()[0]), x}, {attr("axis", 0)}, l.name());
   if (kind == "masking") {

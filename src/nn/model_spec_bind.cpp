@@ -28,14 +28,17 @@ struct Walk {
 Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& inputs,
                   const std::vector<Shape>& shapes) {
   Shape out = shapes[0];
-  if (type == "concatenate" && out.size() != 1 && out.size() != 3) {
-    w.fail("joins images [C, H, W] or features [F] along the channel axis, got input '" +
+  if (type == "concatenate" && (out.empty() || out.size() > 3)) {
+    w.fail("joins images [C, H, W], features [F] or sequences [T, F] along the channel axis, got "
+           "input '" +
            inputs[0].get<std::string>() + "' " + shape_str(out));
   }
+  // The channel axis: C of [C, H, W], F of [F] and [T, F].
+  const std::size_t axis = type == "concatenate" && out.size() == 2 ? 1 : 0;
   for (std::size_t i = 1; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size() && !out.empty();
-    for (std::size_t d = type == "add" ? 0 : 1; ok && d < out.size(); ++d) {
-      ok = shapes[i][d] == shapes[0][d];
+    for (std::size_t d = 0; ok && d < out.size(); ++d) {
+      ok = (type == "concatenate" && d == axis) || shapes[i][d] == shapes[0][d];
     }
     if (!ok) {
       w.fail(std::string(type == "add" ? "inputs must have one shape"
@@ -45,7 +48,7 @@ Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& 
              " and input '" + inputs[i].get<std::string>() + "' is " + shape_str(shapes[i]) +
              " (per sample, NCHW)");
     }
-    if (type == "concatenate") out[0] += shapes[i][0];
+    if (type == "concatenate") out[axis] += shapes[i][axis];
   }
   return out;
 }
@@ -103,6 +106,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
     }
   }
   std::map<std::string, Shape> shapes = {{"input", s}};  // a graph's outputs by name
+  std::map<std::string, bool> id_tensors = {{"input", ids}};  // ... and whether they are ids
   for (std::size_t i = 0; i < out.layers_.size(); ++i) {
     json& l = out.layers_[i];
     const std::string type = l["type"].get<std::string>();
@@ -118,7 +122,9 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                            " (use add or concatenate to merge)");
       }
       s = merge ? merge_shape(w, type, l["inputs"], ins) : ins[0];
+      ids = id_tensors.at(l["inputs"][0].get<std::string>());
       shapes[l["name"].get<std::string>()] = s;
+      id_tensors[l["name"].get<std::string>()] = ids;
       if (merge) continue;
     } else if (merge) {
       w.fail(
@@ -247,7 +253,10 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       w.expect_rank(s, 2, "sequences [T, C]", "");
       s = {s[1]};
     }
-    if (l.contains("name")) shapes[l["name"].get<std::string>()] = s;
+    if (l.contains("name")) {
+      shapes[l["name"].get<std::string>()] = s;
+      id_tensors[l["name"].get<std::string>()] = ids;
+    }
     // dropout, activation: the shape passes through.
   }
   if (ids) {
