@@ -57,7 +57,8 @@ mirror::Shape parse_shape(const std::string& text) {
   return dims;
 }
 
-pr::Inputs read_inputs(const Flags& f, std::string& what) {
+/// `raw`: uint8 arrays as stored, for a model that rescales its own input (Note [Raw values]).
+pr::Inputs read_inputs(const Flags& f, std::string& what, bool raw) {
   const int given = !f.input.empty() + !f.input_csv.empty() + !f.input_tokens.empty();
   MIRROR_CHECK(given == 1, mirror::InvalidArgument,
                "give exactly one of --input, --input-csv, --input-tokens (got " +
@@ -66,7 +67,7 @@ pr::Inputs read_inputs(const Flags& f, std::string& what) {
                "--label-column applies to --input-csv only");
   if (!f.input.empty()) {
     what = f.input;
-    return pr::read_array_input(f.input);
+    return pr::read_array_input(f.input, !raw);
   }
   if (!f.input_csv.empty()) {
     what = f.input_csv;
@@ -119,9 +120,11 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
                  "--batch-size must be >= 1, got " + std::to_string(f.batch_size));
     ck = pr::load_checkpoint_model(f.checkpoint);
     std::string what;
-    inputs = read_inputs(f, what);
+    inputs = read_inputs(f, what, ck.spec.reads_raw_values());
     if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
     model = pr::build_model(ck, sel.devices.at(0));
+    // A Keras model reads its sequences padded as in training (Note [Sequence masks]).
+    if (model.keras_masks() && inputs.tokens) pr::pad_tokens(inputs, model.input_shape().at(0));
     pr::check_inputs(inputs, pr::input_spec(model), what);
   });
   if (code) return code;

@@ -122,7 +122,7 @@ InputSpec input_spec(nn::Sequential& model) {
 
 // ---------------------------------------------------------------- input files
 
-Inputs read_array_input(const std::string& path) {
+Inputs read_array_input(const std::string& path, bool scale_uint8) {
   const data::NumericArray a = data::parse_array_file(data::read_file_bytes(path), path);
   MIRROR_CHECK(!a.shape.empty(), DataError,
                path +
@@ -143,7 +143,7 @@ Inputs read_array_input(const std::string& path) {
     }
     return in;
   }
-  const double scale = a.type == data::ElementType::kUInt8 ? 1.0 / 255.0 : 1.0;
+  const double scale = a.type == data::ElementType::kUInt8 && scale_uint8 ? 1.0 / 255.0 : 1.0;
   in.floats.resize(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const double v = a.value(i) * scale;
@@ -297,6 +297,16 @@ void reshape_samples(Inputs& inputs, const Shape& shape) {
   const std::int64_t count = inputs.count();  // read before the shape is replaced
   inputs.shape = shape;
   inputs.shape.insert(inputs.shape.begin(), sample.empty() ? 0 : count);
+}
+
+void pad_tokens(Inputs& inputs, std::int64_t steps) {
+  if (!inputs.tokens || inputs.shape.size() != 2 || inputs.shape[1] >= steps) return;
+  const std::int64_t n = inputs.shape[0], t = inputs.shape[1];
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n * steps), 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    std::copy(inputs.ids.begin() + i * t, inputs.ids.begin() + (i + 1) * t, ids.begin() + i * steps);
+  inputs.ids = std::move(ids);
+  inputs.shape[1] = steps;
 }
 
 void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what) {

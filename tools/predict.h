@@ -49,7 +49,8 @@ struct Inputs {
 
 /// A .npy or IDX file (gzip accepted): uint8 is scaled by 1/255 as mirror-train does, other
 /// numbers are read as floats; int32/int64 [N, T] are token ids.
-Inputs read_array_input(const std::string& path);
+/// `scale_uint8` false: uint8 as stored, for a model that reads raw values (Note [Raw values]).
+Inputs read_array_input(const std::string& path, bool scale_uint8 = true);
 /// A CSV of numeric feature columns (a header row is detected as in training); `label_column`
 /// (a name or 0-based index) is dropped when given, so a training file can be used as is.
 Inputs read_csv_input(const std::string& path, const std::string& label_column);
@@ -60,6 +61,9 @@ Inputs read_token_input(const std::string& path, bool labeled);
 /// Reshapes float samples to `shape` (mirror-train's --input-shape): InvalidArgument when the
 /// element counts differ.
 void reshape_samples(Inputs& inputs, const Shape& shape);
+/// Token ids padded with trailing zeros to at least `steps` per sample (Note [Sequence masks]: a
+/// Keras model sees its sequences at the length it was trained with).
+void pad_tokens(Inputs& inputs, std::int64_t steps);
 /// InvalidArgument naming what the model expects and what the input holds (the sample shape,
 /// ids versus floats); DataError for a token id outside the vocabulary or an all-padding row.
 void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what);

@@ -124,4 +124,13 @@ std::vector<json> ModelSpecParser::center_crop(Fields& f, bool keras) {
   return {{{"type", "center_crop"}, {"height", height}, {"width", width}}};
 }
 
+bool ModelSpec::reads_raw_values() const {
+  for (const json& l : layers_) {
+    const bool first = !l.contains("inputs") || l["inputs"] == json::array({"input"});
+    if (!first) continue;
+    return l["type"] == "rescaling" || l["type"] == "normalization";
+  }
+  return false;
+}
+
 }  // namespace mirror::nn

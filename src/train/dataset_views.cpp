@@ -2,6 +2,7 @@
 // changes only what its name says.
 #include "train/dataset_views.h"
 
+#include <cmath>
 #include <string>
 
 #include "mirror/error.h"
@@ -67,6 +68,17 @@ class BinaryTargets final : public View {
   }
 };
 
+class RawPixels final : public View {
+ public:
+  using View::View;
+  void decode_float(std::int64_t i, float* dst) const override {
+    base_->decode_float(i, dst);
+    const std::int64_t n = shape_numel(base_->sample_shape());
+    for (std::int64_t k = 0; k < n; ++k) dst[k] = std::nearbyint(dst[k] * 255.0f);
+  }
+  std::string describe() const override { return base_->describe() + ", pixels 0..255"; }
+};
+
 class FixedLength final : public View {
  public:
   FixedLength(std::shared_ptr<const data::Dataset> base, std::int64_t steps)
@@ -83,6 +95,10 @@ class FixedLength final : public View {
 };
 
 }  // namespace
+
+std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base) {
+  return std::make_shared<RawPixels>(std::move(base));
+}
 
 std::shared_ptr<const data::Dataset> fixed_length(std::shared_ptr<const data::Dataset> base,
                                                   std::int64_t steps) {

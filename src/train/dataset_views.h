@@ -20,6 +20,10 @@ std::shared_ptr<const data::Dataset> reshaped(std::shared_ptr<const data::Datase
 /// target > 0.5). InvalidArgument for more classes.
 std::shared_ptr<const data::Dataset> binary_targets(std::shared_ptr<const data::Dataset> base);
 
+/// Fashion-MNIST's pixels (stored as i / 255) read back as the bytes 0..255 they were (Note [Raw
+/// values] in mirror/nn/models.h): for a model that rescales its input itself.
+std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base);
+
 /// Token sequences all padded to `steps` (trailing zeros), as Keras's pad_sequences leaves them:
 /// a model with Keras's masks (Note [Sequence masks]) that states its input length sees the
 /// padding Keras sees. InvalidArgument when a sequence is longer.

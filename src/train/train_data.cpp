@@ -345,7 +345,13 @@ std::string data_checksum(const data::Dataset& train, const data::Dataset* test)
 }
 
 ConfigTask task_from_config(const TrainConfig& c) {
-  DataSplits d = c.own_data() ? load_own_data(c) : builtin_data(c);
+  // Note [Raw values]: a model that starts with a Rescaling or Normalization reads pixels 0..255.
+  const bool raw = load_spec(c).reads_raw_values();
+  DataSplits d = c.own_data() ? load_own_data(c, raw) : builtin_data(c);
+  if (raw && !c.own_data() && d.train->input_dtype() == DType::kFloat32) {
+    d.train = raw_pixels(d.train);
+    if (d.test) d.test = raw_pixels(d.test);
+  }
   ConfigTask t;
   const nn::ModelSpec bound = bind_to_data(c, d, t.loss);
   t.name = bound.name();

@@ -20,11 +20,12 @@ struct SplitFiles {
 
 /// `classes` and `vocab` (0: from the file) keep the test split consistent with training.
 std::shared_ptr<const data::Dataset> load_split(const TrainConfig& c, const SplitFiles& f,
-                                                int classes, std::int64_t vocab) {
+                                                int classes, std::int64_t vocab, bool raw) {
   if (!f.x.empty()) {
     data::ArrayOptions o;
     o.num_classes = classes;
     o.sample_shape = c.parsed_input_shape();
+    o.scale_uint8 = !raw;
     return data::load_arrays(f.x, f.y, o);
   }
   if (!f.csv.empty()) {
@@ -139,15 +140,16 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
 
 }  // namespace
 
-DataSplits load_own_data(const TrainConfig& c) {
+DataSplits load_own_data(const TrainConfig& c, bool raw_values) {
   DataSplits d;
-  d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens}, c.num_classes, 0);
+  d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens}, c.num_classes, 0,
+                       raw_values);
   check_magnitude(*d.train, "training", d);
   const bool has_test = !c.test_x.empty() || !c.test_csv.empty() || !c.test_tokens.empty();
   if (has_test) {
     const int classes = c.num_classes > 0 ? c.num_classes : d.train->num_classes();
     d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens}, classes,
-                        d.train->vocab_size());
+                        d.train->vocab_size(), raw_values);
     check_magnitude(*d.test, "test", d);
   }
   return d;

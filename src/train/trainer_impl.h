@@ -45,7 +45,8 @@ struct DataSplits {
   std::vector<std::string> warnings;                 // Note [Data magnitude] (train_own_data.cpp)
 };
 /// The user's data files named by the config (arrays, CSV or token text).
-DataSplits load_own_data(const TrainConfig& config);
+/// `raw_values`: uint8 arrays as stored, not scaled to [0, 1] (Note [Raw values], models.h).
+DataSplits load_own_data(const TrainConfig& config, bool raw_values = false);
 
 /// Note [Data limits]
 /// --train-limit N keeps N samples chosen by a permutation seeded from --seed (not the first N:

@@ -67,6 +67,10 @@ class ModelSpec {
   /// spec with "masks": "keras"): padding is masked only where Keras masks it; false for Mirror's
   /// (the data's lengths reach every sequence layer).
   bool keras_masks() const { return keras_masks_; }
+  /// Note [Raw values]: whether the model's first layer is a Rescaling or a Normalization (a Keras
+  /// tutorial's Rescaling(1/255)): such a model reads uint8 data as stored (0..255), as Keras
+  /// gives them to it, where Mirror otherwise scales uint8 to [0, 1].
+  bool reads_raw_values() const;
   /// The units the last Dense states; 0 when it leaves them to the data or the spec has none.
   std::int64_t output_units() const;
 
