@@ -4,8 +4,8 @@
 # zero padding, conv without bias, average pools, gelu, layer norm, add/concatenate, LSTMs and
 # bidirectional merges, strided conv1d, 1-D pools with and without lengths, Masking on float
 # rows, a Dense and a sigmoid on every step, concatenated sequences; the preprocessing layers
-# and Keras masks are e2e.keras_tutorials'): each model is trained one step (so BatchNorm statistics and biases move), predicted
-# with mirror-predict, exported with mirror-export and run in onnxruntime on samples with padded
+# and Keras masks are e2e.keras_tutorials'): each model is trained one step (so BatchNorm
+# statistics and biases move), predicted with mirror-predict, exported with mirror-export and run in onnxruntime on samples with padded
 # sequences of every length; the outputs must agree within 1e-5 relative (onnx_compare.py). Skipped (exit 77) when
 # onnxruntime or numpy is not installed (scripts/test.sh installs them best-effort) or the build
 # has no protobuf: never reported as passed without running.
