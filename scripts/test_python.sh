@@ -4,7 +4,8 @@
 # Best effort: when PyPI cannot be reached the environment is left out, those two tests report
 # Skipped with their reason, and the rest of the suite is unaffected. onnxruntime (for
 # e2e.onnx_export) is tried on its own, so a platform without its wheel loses only that test
-# (Skipped). Prints DIR/bin on success.
+# (Skipped), and so are Keras 3 and JAX (its backend; for e2e.keras_interop). Prints DIR/bin on
+# success.
 # usage: scripts/test_python.sh DIR
 set -uo pipefail
 dir="${1:?usage: scripts/test_python.sh DIR}"
@@ -18,8 +19,16 @@ add_onnxruntime() {
     echo "test_python: could not install onnxruntime; e2e.onnx_export will be skipped" >&2
 }
 
+# Optional: e2e.keras_interop reports Skipped without them.
+add_keras() {
+  "$dir/bin/python3" -c 'import keras, jax' 2>/dev/null ||
+    timeout 600 "$dir/bin/pip" install -q --disable-pip-version-check keras jax >&2 ||
+    echo "test_python: could not install keras and jax; e2e.keras_interop will be skipped" >&2
+}
+
 if [ -x "$dir/bin/python3" ] && "$dir/bin/python3" -c "$check" 2>/dev/null; then
   add_onnxruntime
+  add_keras
   echo "$dir/bin"
   exit 0
 fi
@@ -29,6 +38,7 @@ if python3 -m venv --system-site-packages "$dir" >&2 &&
   timeout 300 "$dir/bin/pip" install -q --disable-pip-version-check "${modules[@]}" >&2 &&
   "$dir/bin/python3" -c "$check"; then
   add_onnxruntime
+  add_keras
   echo "$dir/bin"
   exit 0
 fi

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -22,8 +23,13 @@ namespace {
 
 using nlohmann::json;
 
+/// The committed fixtures, or MIRROR_KERAS_REFERENCE_DIR's (tests/e2e/keras_interop.sh writes
+/// them anew with the Keras it finds).
 json fixture(const std::string& name) {
-  const std::string path = std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference/" + name;
+  const char* dir = std::getenv("MIRROR_KERAS_REFERENCE_DIR");
+  const std::string path =
+      (dir != nullptr ? std::string(dir) : std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference") +
+      "/" + name;
   std::ifstream in(path);
   if (!in) throw DataError("cannot open " + path);
   return json::parse(in);

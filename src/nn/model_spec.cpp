@@ -176,6 +176,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       {{"resizing"}, &ModelSpecParser::resizing},
       {{"center_crop", "centercrop"}, &ModelSpecParser::center_crop},
   };
+  detail::publish_layer_table(table);  // Note [Keras layer coverage]
   if (keras && mask_node(entry, t, graph_name, graph_inputs, index)) return;
   if (t == "input" || t == "inputlayer") {
     input(f, index);
@@ -213,7 +214,9 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
   std::string supported = "input (InputLayer)";
   for (const auto& [names, handler] : table) supported += ", " + names.front();
   throw InvalidArgument(where(index, type) + ": unknown layer type; supported: " + supported +
-                        " (Keras class names too, e.g. Conv2D, MaxPooling2D)");
+                        " (Keras class names too, e.g. Conv2D, MaxPooling2D); docs/model-spec.md's "
+                        "Keras layer coverage says for every Keras layer what Mirror reads and "
+                        "why it refuses the others");
 }
 
 /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the

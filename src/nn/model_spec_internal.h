@@ -30,4 +30,28 @@ void resolve_graph(nlohmann::json& layers, std::vector<std::size_t>& origin,
                    const std::vector<std::string>& input_names, const std::string& output_name,
                    const std::string& source);
 
+/// Note [Keras layer coverage] (model_spec_coverage.cpp): the parser's table of layer names (each
+/// entry's names, the canonical type first), published by ModelSpecParser::layer.
+void set_layer_names(std::vector<std::vector<std::string>> names);
+template <class Table>
+void publish_layer_table(const Table& table) {
+  static const bool done = [&] {
+    std::vector<std::vector<std::string>> names;
+    for (const auto& entry : table) names.push_back(entry.first);
+    set_layer_names(std::move(names));
+    return true;
+  }();
+  (void)done;
+}
+std::vector<std::vector<std::string>> parser_layer_names();
+/// One row of the coverage table: a Keras class, the canonical type that reads it ("" when
+/// refused), supported | partly | refused, and what is missing or why it is refused.
+struct LayerCoverage {
+  std::string keras_class, type, status, note;
+};
+std::vector<LayerCoverage> keras_layer_coverage(const std::vector<std::string>& classes);
+/// The table as docs/model-spec.md shows it.
+std::string keras_layer_coverage_markdown(const std::vector<std::string>& classes,
+                                          const std::string& keras_version);
+
 }  // namespace mirror::nn::detail

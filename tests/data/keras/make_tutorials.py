@@ -115,6 +115,14 @@ MODELS = [image_classification_from_scratch, resizing_and_center_crop, gru_behin
           timeseries_fcn, dense_per_step, imdb_bidirectional_lstm, text_classification_conv1d,
           masked_bigru_lstm]
 
+def flatten_ln():
+    """docs/checkpoint.md's Flatten recipe, checked by tests/e2e/keras_interop.sh."""
+    return keras.Sequential([
+        keras.Input((6, 6, 2)), layers.Conv2D(3, 3, padding="same", activation="relu"),
+        layers.Flatten(), layers.LayerNormalization(), layers.Dense(4),
+    ], name="flatten_ln")
+
+
 if __name__ == "__main__":
     out_dir = os.path.join(here, "tutorials")
     os.makedirs(out_dir, exist_ok=True)
@@ -124,3 +132,5 @@ if __name__ == "__main__":
             json.dump(json.loads(model.to_json()), f, indent=1)
             f.write("\n")
         print(model.name, model.count_params())
+    with open(os.path.join(here, "flatten_ln.json"), "w") as f:
+        f.write(json.dumps(json.loads(flatten_ln().to_json()), indent=1) + "\n")
