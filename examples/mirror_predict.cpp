@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
       "output", po::value(&f.output), "where to write the float32 .npy [N, outputs]")(
       "output-kind", po::value(&f.output_kind)->default_value("logits"),
       "logits (the model's outputs) or probabilities (their softmax; the sigmoid of a sigmoid or "
-      "one-output head)")(
-      "batch-size", po::value(&f.batch_size)->default_value(256), "samples per forward pass")(
+      "one-output head)")("batch-size", po::value(&f.batch_size)->default_value(256),
+                          "samples per forward pass")(
       "devices", po::value(&f.devices.devices)->default_value("auto"),
       "auto, gpu, gpu:N, cpu (as mirror-train; the first device of the rank runs)");
   po::variables_map vm;

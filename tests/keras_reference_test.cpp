@@ -1,12 +1,12 @@
 // Mirror against Keras on the same weights: each fixture of tests/data/keras/reference/ (written
-// by tests/data/keras/make_reference.py with Keras 3; CI needs no Keras) holds a small Keras model's
-// to_json(), its weights, a batch, Keras's outputs and its weights after one SGD step. Mirror
-// reads the model unchanged, takes the weights (converted to its layouts, docs/checkpoint.md),
-// and must give the outputs to 1e-5 and, after its own loss and backward and the same SGD step,
-// the same weights to 1e-5. The constructs: sigmoid heads (folded into binary cross-entropy),
-// Dense on sequences, Rescaling/Normalization, Resizing/CenterCrop, and Keras's masks on padded
-// sequences (Embedding mask_zero, Masking, merges, a Conv1D that ends the mask, and one that
-// reads an unmasked embedding: padding masked nowhere).
+// by tests/data/keras/make_reference.py with Keras 3; CI needs no Keras) holds a small Keras
+// model's to_json(), its weights, a batch, Keras's outputs and its weights after one SGD step.
+// Mirror reads the model unchanged, takes the weights (converted to its layouts,
+// docs/checkpoint.md), and must give the outputs to 1e-5 and, after its own loss and backward and
+// the same SGD step, the same weights to 1e-5. The constructs: sigmoid heads (folded into binary
+// cross-entropy), Dense on sequences, Rescaling/Normalization, Resizing/CenterCrop, and Keras's
+// masks on padded sequences (Embedding mask_zero, Masking, merges, a Conv1D that ends the mask, and
+// one that reads an unmasked embedding: padding masked nowhere).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,7 +28,8 @@ using nlohmann::json;
 json fixture(const std::string& name) {
   const char* dir = std::getenv("MIRROR_KERAS_REFERENCE_DIR");
   const std::string path =
-      (dir != nullptr ? std::string(dir) : std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference") +
+      (dir != nullptr ? std::string(dir)
+                      : std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference") +
       "/" + name;
   std::ifstream in(path);
   if (!in) throw DataError("cannot open " + path);
@@ -50,7 +51,8 @@ std::vector<double> flat(const json& j) {
 
 Shape shape_of(const json& j) {
   Shape s;
-  for (const json* p = &j; p->is_array(); p = &(*p)[0]) s.push_back(static_cast<std::int64_t>(p->size()));
+  for (const json* p = &j; p->is_array(); p = &(*p)[0])
+    s.push_back(static_cast<std::int64_t>(p->size()));
   return s;
 }
 
@@ -65,7 +67,8 @@ std::vector<double> transposed(const std::vector<double>& a, std::int64_t rows, 
 /// Keras's gate blocks (z, r, h for a GRU) of the rows of a [3H, X] matrix in Mirror's r, z, n.
 std::vector<double> zrh_to_rzn(const std::vector<double>& a) {
   const std::size_t block = a.size() / 3;
-  std::vector<double> out(a.begin() + static_cast<long>(block), a.begin() + static_cast<long>(2 * block));
+  std::vector<double> out(a.begin() + static_cast<long>(block),
+                          a.begin() + static_cast<long>(2 * block));
   out.insert(out.end(), a.begin(), a.begin() + static_cast<long>(block));
   out.insert(out.end(), a.begin() + static_cast<long>(2 * block), a.end());
   return out;
@@ -157,7 +160,8 @@ std::vector<std::pair<Layer*, json>> pairs(Sequential& m, const json& keras_weig
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
   double d = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    d = std::max(d, std::fabs(a[i] - b[i]));
   return d;
 }
 
@@ -230,7 +234,8 @@ TEST_P(KerasReference, SameOutputsAndOneSgdStepAsKeras) {
   train.lengths = loader_lengths;
   train.sample_ids = Tensor::zeros({n}, DType::kInt64);
   const Tensor logits = m.forward(x, train);
-  const Tensor weights = ops::cast(Tensor::from_vector(std::vector<double>(n, 1.0), {n}), DType::kFloat32);
+  const Tensor weights =
+      ops::cast(Tensor::from_vector(std::vector<double>(n, 1.0), {n}), DType::kFloat32);
   std::vector<double> labels = flat(ref["y"]);
   ops::LossResult loss;
   if (binary) {
@@ -261,7 +266,8 @@ TEST_P(KerasReference, SameOutputsAndOneSgdStepAsKeras) {
         if (params[i]->name.size() < 14 ||
             params[i]->name.compare(params[i]->name.size() - 14, 14, "recurrent_bias") != 0)
           continue;
-        for (std::size_t j = 0; j < keras[i].size(); ++j) keras[i][j] = keras[i - 1][j] - start[i - 1][j];
+        for (std::size_t j = 0; j < keras[i].size(); ++j)
+          keras[i][j] = keras[i - 1][j] - start[i - 1][j];
       }
     }
     ++k;
@@ -276,13 +282,14 @@ TEST_P(KerasReference, SameOutputsAndOneSgdStepAsKeras) {
             << ", weights after one SGD step max |diff| " << step_diff << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, KerasReference,
-    ::testing::Values("sigmoid_head", "sigmoid_activation", "dense_per_step",
-                      "rescaling_normalization", "resizing_bilinear_up", "resizing_bilinear_down",
-                      "resizing_nearest", "resizing_crop_to_aspect", "center_crop",
-                      "center_crop_upsize", "masked_bigru_lstm", "masking_rows", "conv1d_unmasked",
-                      "conv1d_after_mask", "merged_masks"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, KerasReference,
+                         ::testing::Values("sigmoid_head", "sigmoid_activation", "dense_per_step",
+                                           "rescaling_normalization", "resizing_bilinear_up",
+                                           "resizing_bilinear_down", "resizing_nearest",
+                                           "resizing_crop_to_aspect", "center_crop",
+                                           "center_crop_upsize", "masked_bigru_lstm",
+                                           "masking_rows", "conv1d_unmasked", "conv1d_after_mask",
+                                           "merged_masks", "carried_outputs"));
 
 }  // namespace
 }  // namespace mirror::nn

@@ -12,16 +12,17 @@
 #include "mirror/nn/layers.h"
 #include "mirror/nn/models.h"
 #include "mirror/nn/preprocessing.h"
+#include "mirror/nn/recurrent.h"
 
 namespace mirror::nn {
 namespace {
 
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::AllOf;
 using testing::built;
 using testing::check_layer;
 using testing::expect_gradients_within;
+using ::testing::HasSubstr;
 using testing::random_tensor;
 
 std::string error_of(const std::function<void()>& f) {
@@ -134,6 +135,30 @@ TEST(SequenceLayers, DenseOnEveryStepWithMirrorsAndKerassMasks) {
   expect_gradients_within(check_layer(sigmoid, random_tensor({2, 5, 3}, 7), masked), 1);
 }
 
+TEST(SequenceLayers, KerasRecurrentOutputsCarryTheLastStepPastTheLength) {
+  // Note [Carried outputs]: zero_output_for_mask false with Keras's masks.
+  for (bool gru : {true, false}) {
+    std::unique_ptr<Recurrent> rnn;
+    if (gru) rnn = std::make_unique<GRU>(3, true);
+    if (!gru) rnn = std::make_unique<LSTM>(3, true);
+    rnn->set_zero_output_for_mask(false);
+    built(*rnn, {5, 2});
+    const Tensor x = random_tensor({2, 5, 2}, 11);
+    ForwardContext keras;
+    keras.training = true;
+    keras.keras_masks = true;
+    keras.lengths = {2, 5};
+    const auto y = rnn->forward(x, keras).to_vector<double>();
+    for (int t = 2; t < 5; ++t)
+      for (int u = 0; u < 3; ++u) EXPECT_EQ(y[t * 3 + u], y[1 * 3 + u]) << "step " << t;
+    expect_gradients_within(check_layer(*rnn, x, keras), 5);
+    // Mirror's masks (or zero_output_for_mask true): zeros there.
+    ForwardContext mirror = keras;
+    mirror.keras_masks = false;
+    EXPECT_EQ(rnn->forward(x, mirror).to_vector<double>()[4 * 3], 0.0);
+  }
+}
+
 TEST(SequenceLayers, EmbeddingWithoutAPaddingRowTrainsRowZero) {
   Embedding keras(6, 3, false);
   built(keras, {4});
@@ -185,16 +210,27 @@ ModelSpec keras_sequential(const json& input, const json& layers) {
 TEST(PreprocessingSpec, KerasFieldsBecomeCanonicalLayers) {
   const ModelSpec spec = keras_sequential(
       {nullptr, 12, 10, 3},
-      json::array({{{"class_name", "Rescaling"}, {"config", {{"scale", 0.00392156862745098}, {"offset", -0.5}}}},
+      json::array({{{"class_name", "Rescaling"},
+                    {"config", {{"scale", 0.00392156862745098}, {"offset", -0.5}}}},
                    {{"class_name", "Normalization"},
-                    {"config", {{"axis", {-1}}, {"mean", {0.1, 0.2, 0.3}}, {"variance", {1, 2, 3}},
-                                {"invert", false}}}},
+                    {"config",
+                     {{"axis", {-1}},
+                      {"mean", {0.1, 0.2, 0.3}},
+                      {"variance", {1, 2, 3}},
+                      {"invert", false}}}},
                    {{"class_name", "Resizing"},
-                    {"config", {{"height", 16}, {"width", 16}, {"interpolation", "nearest"},
-                                {"crop_to_aspect_ratio", true}, {"pad_to_aspect_ratio", false},
-                                {"fill_mode", "constant"}, {"fill_value", 0.0}, {"antialias", false},
-                                {"data_format", "channels_last"}}}},
-                   {{"class_name", "CenterCrop"}, {"config", {{"height", 8}, {"width", 6}, {"data_format", "channels_last"}}}},
+                    {"config",
+                     {{"height", 16},
+                      {"width", 16},
+                      {"interpolation", "nearest"},
+                      {"crop_to_aspect_ratio", true},
+                      {"pad_to_aspect_ratio", false},
+                      {"fill_mode", "constant"},
+                      {"fill_value", 0.0},
+                      {"antialias", false},
+                      {"data_format", "channels_last"}}}},
+                   {{"class_name", "CenterCrop"},
+                    {"config", {{"height", 8}, {"width", 6}, {"data_format", "channels_last"}}}},
                    {{"class_name", "Flatten"}, {"config", {{"data_format", "channels_last"}}}},
                    {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}));
   EXPECT_TRUE(spec.bound());
@@ -219,9 +255,13 @@ TEST(PreprocessingSpec, WhatMirrorCannotComputeIsRefusedByName) {
                                          {{"class_name", "Flatten"}, {"config", json::object()}},
                                          {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}));
   };
-  EXPECT_THAT(error_of([&] { resize({{"interpolation", "bicubic"}}); }),
+  EXPECT_THAT(error_of([&] {
+                resize({{"interpolation", "bicubic"}});
+              }),
               AllOf(HasSubstr("'interpolation'"), HasSubstr("bilinear and nearest")));
-  EXPECT_THAT(error_of([&] { resize({{"pad_to_aspect_ratio", true}}); }),
+  EXPECT_THAT(error_of([&] {
+                resize({{"pad_to_aspect_ratio", true}});
+              }),
               HasSubstr("'pad_to_aspect_ratio'"));
   EXPECT_THAT(error_of([&] { resize({{"antialias", true}}); }), HasSubstr("antialiasing"));
   const auto norm = [](const json& config) {
@@ -229,15 +269,23 @@ TEST(PreprocessingSpec, WhatMirrorCannotComputeIsRefusedByName) {
                             json::array({{{"class_name", "Normalization"}, {"config", config}},
                                          {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}));
   };
-  EXPECT_THAT(error_of([&] { norm({{"mean", {1, 2}}, {"variance", {1}}}); }),
+  EXPECT_THAT(error_of([&] {
+                norm({{"mean", {1, 2}}, {"variance", {1}}});
+              }),
               HasSubstr("1 values for 2 means"));
-  EXPECT_THAT(error_of([&] { norm({{"mean", {1, 2, 3}}, {"variance", {1, 1, 1}}}); }),
+  EXPECT_THAT(error_of([&] {
+                norm({{"mean", {1, 2, 3}}, {"variance", {1, 1, 1}}});
+              }),
               AllOf(HasSubstr("3 values for 4 channels"), HasSubstr("one per channel")));
-  EXPECT_THAT(error_of([&] { norm({{"axis", {0}}, {"mean", 1}, {"variance", 1}}); }),
+  EXPECT_THAT(error_of([&] {
+                norm({{"axis", {0}}, {"mean", 1}, {"variance", 1}});
+              }),
               HasSubstr("only the channel axis"));
   EXPECT_THAT(error_of([&] { norm({{"mean", 0.5}}); }), HasSubstr("go together"));
   // Unstated values (adapt()) parse; the trainer names them (train_model_data_test.cpp).
-  EXPECT_FALSE(norm({{"axis", {-1}}, {"mean", nullptr}, {"variance", nullptr}}).layers()[0].contains("mean"));
+  EXPECT_FALSE(norm({{"axis", {-1}}, {"mean", nullptr}, {"variance", nullptr}})
+                   .layers()[0]
+                   .contains("mean"));
 }
 
 }  // namespace

@@ -13,12 +13,13 @@
 namespace mirror::nn {
 namespace {
 
+using nlohmann::json;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using nlohmann::json;
 
 json keras_model(const std::string& name) {
-  std::ifstream in(std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference/" + name + ".json");
+  std::ifstream in(std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference/" + name +
+                   ".json");
   return json::parse(in)["model"];
 }
 
@@ -51,8 +52,8 @@ TEST(KerasMaskNodes, NotEqualAndAnyBuildNothingAndTheMasksAreChecked) {
   EXPECT_THAT(classes, ::testing::Contains("NotEqual"));  // what Keras 3 writes
   const ModelSpec spec = ModelSpec::from_json(model);
   EXPECT_TRUE(spec.keras_masks());
-  EXPECT_EQ(types(spec), (std::vector<std::string>{"masking", "embedding", "bidirectional", "lstm",
-                                                   "dense"}));
+  EXPECT_EQ(types(spec),
+            (std::vector<std::string>{"masking", "embedding", "bidirectional", "lstm", "dense"}));
   EXPECT_EQ(spec.to_json()["masks"], "keras");
   EXPECT_EQ(ModelSpec::from_json(spec.to_json()).to_json(), spec.to_json());
   // Masking adds NotEqual and Any; merges add LogicalOr, ExpandDims, ZerosLike, Concatenate, Any.
@@ -78,8 +79,8 @@ TEST(KerasMaskNodes, AMaskMirrorDoesNotComputeIsRefused) {
               AllOf(HasSubstr("by hand"), HasSubstr("give its input no mask")));
   // Keras writes an explicit null where a call takes a mask and its input has none.
   json conv = keras_model("conv1d_after_mask");
-  EXPECT_TRUE(layer_named(conv, "GlobalAveragePooling1D")["inbound_nodes"][0]["kwargs"]["mask"]
-                  .is_null());
+  EXPECT_TRUE(
+      layer_named(conv, "GlobalAveragePooling1D")["inbound_nodes"][0]["kwargs"]["mask"].is_null());
   EXPECT_NO_THROW(ModelSpec::from_json(conv));
 }
 
@@ -109,11 +110,12 @@ std::vector<float> run(Sequential& m, const Tensor& ids, std::vector<std::int32_
 }
 
 ModelSpec conv_words(bool keras) {
-  json spec = {{"layers", json::array({{{"type", "embedding"}, {"output_dim", 4}},
-                                       {{"type", "conv1d"}, {"filters", 3}, {"kernel", 3},
-                                        {"padding", "same"}},
-                                       {{"type", "global_maxpool1d"}},
-                                       {{"type", "dense"}}})}};
+  json spec = {
+      {"layers",
+       json::array({{{"type", "embedding"}, {"output_dim", 4}},
+                    {{"type", "conv1d"}, {"filters", 3}, {"kernel", 3}, {"padding", "same"}},
+                    {{"type", "global_maxpool1d"}},
+                    {{"type", "dense"}}})}};
   if (keras) spec["masks"] = "keras";
   return ModelSpec::from_json(spec).bind(kTokens);
 }
@@ -138,14 +140,15 @@ TEST(SequenceMasks, KerasConv1dOverAnUnmaskedEmbeddingSeesThePadding) {
 TEST(SequenceMasks, KerasMaskingReachesTheRecurrentLayerAndEndsThere) {
   // Masking (Embedding mask_zero) -> GRU(sequences) -> Dense per step -> GlobalAveragePooling1D
   // (masked mean) -> Dense: the padded sequence gives the unpadded result.
-  const ModelSpec spec = ModelSpec::from_json(
-      {{"masks", "keras"},
-       {"layers", json::array({{{"type", "embedding"}, {"output_dim", 4}, {"mask_zero", true}},
-                               {{"type", "gru"}, {"units", 3}, {"return_sequences", true}},
-                               {{"type", "dense"}, {"units", 5}, {"activation", "relu"}},
-                               {{"type", "global_avgpool1d"}},
-                               {{"type", "dense"}}})}})
-                             .bind(kTokens);
+  const ModelSpec spec =
+      ModelSpec::from_json(
+          {{"masks", "keras"},
+           {"layers", json::array({{{"type", "embedding"}, {"output_dim", 4}, {"mask_zero", true}},
+                                   {{"type", "gru"}, {"units", 3}, {"return_sequences", true}},
+                                   {{"type", "dense"}, {"units", 5}, {"activation", "relu"}},
+                                   {{"type", "global_avgpool1d"}},
+                                   {{"type", "dense"}}})}})
+          .bind(kTokens);
   Sequential m = make_model(spec, DType::kFloat32, Device::cpu(), 4);
   const Tensor padded = Tensor::from_vector(std::vector<std::int32_t>{4, 9, 2, 0, 0, 0}, {1, 6});
   const Tensor alone = Tensor::from_vector(std::vector<std::int32_t>{4, 9, 2}, {1, 3});
@@ -157,14 +160,18 @@ TEST(SequenceMasks, KerasMaskingReachesTheRecurrentLayerAndEndsThere) {
 TEST(SequenceMasks, EachGraphBranchSeesItsOwnInputsLengths) {
   // Mirror's masks: a strided Conv1D shortens its branch's lengths; the GRU beside it reads the
   // embedding's, and the merge takes the longest (Keras 3 ORs masks).
-  json layers = json::array(
-      {{{"type", "embedding"}, {"name", "e"}, {"output_dim", 4}},
-       {{"type", "conv1d"}, {"name", "c"}, {"filters", 4}, {"kernel", 2}, {"strides", 2},
-        {"padding", "same"}, {"inputs", {"e"}}},
-       {{"type", "gru"}, {"name", "g1"}, {"units", 3}, {"inputs", {"c"}}},
-       {{"type", "gru"}, {"name", "g2"}, {"units", 3}, {"inputs", {"e"}}},
-       {{"type", "add"}, {"name", "sum"}, {"inputs", {"g1", "g2"}}},
-       {{"type", "dense"}, {"inputs", {"sum"}}}});
+  json layers = json::array({{{"type", "embedding"}, {"name", "e"}, {"output_dim", 4}},
+                             {{"type", "conv1d"},
+                              {"name", "c"},
+                              {"filters", 4},
+                              {"kernel", 2},
+                              {"strides", 2},
+                              {"padding", "same"},
+                              {"inputs", {"e"}}},
+                             {{"type", "gru"}, {"name", "g1"}, {"units", 3}, {"inputs", {"c"}}},
+                             {{"type", "gru"}, {"name", "g2"}, {"units", 3}, {"inputs", {"e"}}},
+                             {{"type", "add"}, {"name", "sum"}, {"inputs", {"g1", "g2"}}},
+                             {{"type", "dense"}, {"inputs", {"sum"}}}});
   const ModelSpec spec = ModelSpec::from_json({{"layers", layers}}).bind(kTokens);
   Sequential m = make_model(spec, DType::kFloat32, Device::cpu(), 5);
   // Sample 0 is [4, 9, 2] padded: with its lengths it equals itself unpadded, branch by branch.

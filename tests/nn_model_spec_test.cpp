@@ -7,8 +7,8 @@
 
 #include "gradcheck.h"
 #include "mirror/nn/layers.h"
-#include "mirror/nn/recurrent.h"
 #include "mirror/nn/models.h"
+#include "mirror/nn/recurrent.h"
 #include "mirror/ops.h"
 #include "temp_dir.h"
 

@@ -82,7 +82,8 @@ TEST(KerasLayerCoverage, EveryLayerTheParserReadsIsSupportedOrPartly) {
   EXPECT_THAT(by_class.at("Conv3D").note, ::testing::HasSubstr("3-D"));
   // A refused class is refused by the parser too, and its message points to the table.
   try {
-    ModelSpec::from_json(nlohmann::json::array({{{"class_name", "SimpleRNN"}, {"config", {{"units", 2}}}}}));
+    ModelSpec::from_json(
+        nlohmann::json::array({{{"class_name", "SimpleRNN"}, {"config", {{"units", 2}}}}}));
     ADD_FAILURE() << "SimpleRNN was read";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("Keras layer coverage"));

@@ -18,9 +18,9 @@
 namespace mirror::testing_util {
 namespace {
 
+using nlohmann::json;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using nlohmann::json;
 
 void write_npy(const std::filesystem::path& path, data::ElementType type,
                std::vector<std::int64_t> shape, const void* values, std::size_t bytes) {
@@ -30,8 +30,8 @@ void write_npy(const std::filesystem::path& path, data::ElementType type,
   a.bytes.resize(bytes);
   std::memcpy(a.bytes.data(), values, bytes);
   const std::vector<std::uint8_t> file = data::encode_npy(a);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(file.data()),
-                                              static_cast<std::streamsize>(file.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
 }
 
 /// x [n, 6] float32 and y [n] int32 labels in [0, classes) (or float32 targets [n] in [0, 1]).
@@ -63,8 +63,9 @@ struct Files {
 };
 
 json keras_head(int units, const std::string& activation, bool separate_activation = false) {
-  json layers = json::array({{{"class_name", "InputLayer"}, {"config", {{"batch_shape", {nullptr, 6}}}}},
-                             {{"class_name", "Dense"}, {"config", {{"units", 5}, {"activation", "relu"}}}}});
+  json layers =
+      json::array({{{"class_name", "InputLayer"}, {"config", {{"batch_shape", {nullptr, 6}}}}},
+                   {{"class_name", "Dense"}, {"config", {{"units", 5}, {"activation", "relu"}}}}});
   if (separate_activation) {
     layers.push_back({{"class_name", "Dense"}, {"config", {{"units", units}}}});
     layers.push_back({{"class_name", "Activation"}, {"config", {{"activation", activation}}}});
@@ -167,8 +168,8 @@ train::ConfigTask builtin(const json& spec, const std::string& input_shape = "")
 }
 
 json keras_model(const json& input_shape, const json& layers) {
-  json all = json::array({{{"class_name", "InputLayer"},
-                           {"config", {{"batch_shape", json::array({nullptr})}}}}});
+  json all = json::array(
+      {{{"class_name", "InputLayer"}, {"config", {{"batch_shape", json::array({nullptr})}}}}});
   for (const auto& d : input_shape) all[0]["config"]["batch_shape"].push_back(d);
   for (const auto& l : layers) all.push_back(l);
   return {{"class_name", "Sequential"}, {"config", {{"layers", all}}}};
@@ -184,7 +185,8 @@ TEST(BuiltinData, FollowTheModelsInput) {
   EXPECT_EQ(rows.task.train->sample_shape(), (Shape{28, 28}));
   EXPECT_TRUE(rows.task.train->is_sequence());
   // [28, 28, 1] (Keras) and [1, 28, 28]: images.
-  EXPECT_EQ(builtin(keras_model({28, 28, 1}, json::array({conv, flatten, dense}))).task.train->sample_shape(),
+  EXPECT_EQ(builtin(keras_model({28, 28, 1}, json::array({conv, flatten, dense})))
+                .task.train->sample_shape(),
             (Shape{1, 28, 28}));
   // [784]: the same pixels, flat.
   auto flat = builtin(keras_model({784}, json::array({dense})));
@@ -212,7 +214,9 @@ TEST(BuiltinData, AModelThatFitsNoneNamesWhatWould) {
   const json dense = {{"class_name", "Dense"}, {"config", {{"units", 10}}}};
   const json flatten = {{"class_name", "Flatten"}, {"config", json::object()}};
   const json conv = {{"class_name", "Conv2D"}, {"config", {{"filters", 2}, {"kernel_size", 3}}}};
-  EXPECT_THAT(error_of([&] { builtin(keras_model({32, 32, 3}, json::array({conv, flatten, dense}))); }),
+  EXPECT_THAT(error_of([&] {
+                builtin(keras_model({32, 32, 3}, json::array({conv, flatten, dense})));
+              }),
               AllOf(HasSubstr("[3,32,32]"), HasSubstr("784 elements"), HasSubstr("--train-x")));
 }
 
@@ -223,10 +227,10 @@ TEST(KerasTokens, AStatedLengthPadsEverySequenceToIt) {
   const std::string tokens = (dir.path() / "t.txt").string();
   std::ofstream(tokens) << "0 3 4\n1 5\n0 6 7 8\n1 2 2 2 2\n";
   const auto spec = [&](int t) {
-    return keras_model(
-        {t}, json::array({{{"class_name", "Embedding"}, {"config", {{"input_dim", 10}, {"output_dim", 3}}}},
-                          {{"class_name", "GRU"}, {"config", {{"units", 2}}}},
-                          {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}));
+    return keras_model({t}, json::array({{{"class_name", "Embedding"},
+                                          {"config", {{"input_dim", 10}, {"output_dim", 3}}}},
+                                         {{"class_name", "GRU"}, {"config", {{"units", 2}}}},
+                                         {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}));
   };
   train::TrainConfig c;
   c.train_tokens = tokens;

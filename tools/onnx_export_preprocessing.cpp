@@ -44,8 +44,9 @@ bool export_preprocessing_layer(Ctx& c, nn::Layer& l, const std::string& x, cons
   if (kind == "rescaling") {
     const std::string scaled =
         c.b.op("Mul", {x, channel_constant(c, l.name() + "/scale", doubles(cfg["scale"]), in)});
-    y = c.b.op("Add", {scaled, channel_constant(c, l.name() + "/offset", doubles(cfg["offset"]), in)},
-               {}, l.name());
+    y = c.b.op("Add",
+               {scaled, channel_constant(c, l.name() + "/offset", doubles(cfg["offset"]), in)}, {},
+               l.name());
   } else if (kind == "normalization") {
     const std::vector<double> mean = doubles(cfg["mean"]);
     std::vector<double> d;
@@ -70,8 +71,9 @@ bool export_preprocessing_layer(Ctx& c, nn::Layer& l, const std::string& x, cons
       y = resize(c, *crop.resize(), x, l.name());
     } else {
       const std::int64_t top = crop.top(), left = crop.left(), h = cfg["height"], w = cfg["width"];
-      y = c.b.op("Slice", {x, c.b.ints({top, left}), c.b.ints({top + h, left + w}), c.b.ints({2, 3})},
-                 {}, l.name());
+      y = c.b.op("Slice",
+                 {x, c.b.ints({top, left}), c.b.ints({top + h, left + w}), c.b.ints({2, 3})}, {},
+                 l.name());
     }
   } else {
     return false;

@@ -219,8 +219,21 @@ std::string recurrent(Ctx& c, nn::Layer& l, const std::vector<nn::Recurrent*>& d
   const bool sequences = first.return_sequences();
   const std::string y = merge_directions(c, sequences ? outs[0] : outs[1], sequences, units, mode,
                                          static_cast<int>(dirs.size()));
+  if (!sequences || c.lengths.empty()) return y;
+  if (c.keras_masks && !first.zero_output_for_mask() && dirs.size() == 1) {
+    // Note [Carried outputs]: past its length a sequence repeats its last valid output: step t
+    // reads step min(t, length - 1).
+    const std::string steps =
+        c.b.op("Range", {c.b.scalar_i64(0), steps_of(c, y), c.b.scalar_i64(1)});
+    const std::string last = c.b.op("Sub", {c.lengths, c.b.scalar_i64(1)});
+    const std::string index = c.b.op("Min", {c.b.op("Unsqueeze", {steps, c.b.ints({0})}),
+                                             c.b.op("Unsqueeze", {last, c.b.ints({1})})});
+    const std::string expanded =
+        c.b.op("Expand", {c.b.op("Unsqueeze", {index, c.b.ints({2})}), c.b.op("Shape", {y})});
+    return c.b.op("GatherElements", {y, expanded}, {attr("axis", 1)});
+  }
   // Zeros past each length, as Mirror's return_sequences (whatever the runtime leaves there).
-  return sequences && !c.lengths.empty() ? fill_past(c, y, c.lengths, 0.0f) : y;
+  return fill_past(c, y, c.lengths, 0.0f);
 }
 
 }  // namespace

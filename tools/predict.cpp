@@ -304,7 +304,8 @@ void pad_tokens(Inputs& inputs, std::int64_t steps) {
   const std::int64_t n = inputs.shape[0], t = inputs.shape[1];
   std::vector<std::int32_t> ids(static_cast<std::size_t>(n * steps), 0);
   for (std::int64_t i = 0; i < n; ++i)
-    std::copy(inputs.ids.begin() + i * t, inputs.ids.begin() + (i + 1) * t, ids.begin() + i * steps);
+    std::copy(inputs.ids.begin() + i * t, inputs.ids.begin() + (i + 1) * t,
+              ids.begin() + i * steps);
   inputs.ids = std::move(ids);
   inputs.shape[1] = steps;
 }

@@ -149,13 +149,13 @@ Tensor Dense::forward(const Tensor& x, ForwardContext& ctx) {
 
 Tensor Dense::backward(const Tensor& dy) {
   require_forward(*this, x_);
-  MIRROR_CHECK(dy.defined() && dy.numel() == y_.numel() && dy.shape().back() == units_,
-               InvalidArgument,
-               name() + " backward: expected dy of " + std::to_string(y_.numel()) +
-                   " elements [..., " + std::to_string(units_) + "], got " +
-                   (dy.defined() ? dy.str() : std::string("nothing")));
+  MIRROR_CHECK(
+      dy.defined() && dy.numel() == y_.numel() && dy.shape().back() == units_, InvalidArgument,
+      name() + " backward: expected dy of " + std::to_string(y_.numel()) + " elements [..., " +
+          std::to_string(units_) + "], got " + (dy.defined() ? dy.str() : std::string("nothing")));
   // The outputs set to zero past the lengths pass no gradient.
-  const Tensor dy2 = (lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_)).reshape(y_.shape());
+  const Tensor dy2 =
+      (lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_)).reshape(y_.shape());
   const Tensor g = act_ == Activation::kIdentity ? dy2 : ops::activation_backward(act_, y_, dy2);
   ops::gemm(true, false, 1.0, x_, g, 1.0, kernel_.grad);  // dW += x^T g
   ops::bias_grad(g, bias_.grad);

@@ -69,7 +69,8 @@ Shape Concatenate::build_inputs(const std::vector<Shape>& shapes,
   channels_.clear();
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size();
-    for (std::size_t d = 0; ok && d < out.size(); ++d) ok = d == axis || shapes[i][d] == shapes[0][d];
+    for (std::size_t d = 0; ok && d < out.size(); ++d)
+      ok = d == axis || shapes[i][d] == shapes[0][d];
     if (!ok) {
       merge_mismatch(*this, "inputs must agree in every dimension but the channel axis", shapes,
                      names, i);

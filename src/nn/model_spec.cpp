@@ -127,7 +127,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       }
       if (graph_inputs.empty()) graph_inputs = json();
       const json mask = detail::keras_mask_argument(entry["inbound_nodes"]);
-      if (!mask.is_null() && graph_name.is_string()) 
+      if (!mask.is_null() && graph_name.is_string())
         passed_masks.emplace_back(graph_name.get<std::string>(), mask, index);
     }
   } else {
@@ -367,9 +367,8 @@ void ModelSpecParser::functional_io(const json& config) {
 /// {"name": ..., "input_shape": [...], "layers": [...]} (Mirror; to_json() writes this).
 void ModelSpecParser::mirror_model(const json& j) {
   for (const auto& item : j.items()) {
-    static const std::set<std::string> known = {"name",           "description",
-                                                "input_shape",    "layers",
-                                                "softmax_folded", "sigmoid_folded",
+    static const std::set<std::string> known = {"name",   "description",    "input_shape",
+                                                "layers", "softmax_folded", "sigmoid_folded",
                                                 "masks"};
     if (!known.count(item.key())) {
       throw InvalidArgument(source + ", field '" + item.key() +
@@ -401,7 +400,8 @@ void ModelSpecParser::mirror_model(const json& j) {
   }
   if (j.contains("masks")) {  // Note [Sequence masks]
     if (j["masks"] != "data" && j["masks"] != "keras") {
-      throw InvalidArgument(source + ", field 'masks': expected \"data\" (Mirror's: every sequence "
+      throw InvalidArgument(source +
+                            ", field 'masks': expected \"data\" (Mirror's: every sequence "
                             "layer knows the data's lengths) or \"keras\" (padding masked where "
                             "Keras masks it), got " +
                             j["masks"].dump());
@@ -548,7 +548,7 @@ json ModelSpec::to_json() const {
     j["input_shape"] = shape;
   }
   j["layers"] = layers_;
-  if (keras_masks_) j["masks"] = "keras";  // Note [Sequence masks]
+  if (keras_masks_) j["masks"] = "keras";           // Note [Sequence masks]
   if (softmax_folded_) j["softmax_folded"] = true;  // Note [Folded softmax]
   if (sigmoid_folded_) j["sigmoid_folded"] = true;  // Note [Folded sigmoid]
   return j;

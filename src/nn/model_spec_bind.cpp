@@ -29,9 +29,10 @@ Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& 
                   const std::vector<Shape>& shapes) {
   Shape out = shapes[0];
   if (type == "concatenate" && (out.empty() || out.size() > 3)) {
-    w.fail("joins images [C, H, W], features [F] or sequences [T, F] along the channel axis, got "
-           "input '" +
-           inputs[0].get<std::string>() + "' " + shape_str(out));
+    w.fail(
+        "joins images [C, H, W], features [F] or sequences [T, F] along the channel axis, got "
+        "input '" +
+        inputs[0].get<std::string>() + "' " + shape_str(out));
   }
   // The channel axis: C of [C, H, W], F of [F] and [T, F].
   const std::size_t axis = type == "concatenate" && out.size() == 2 ? 1 : 0;

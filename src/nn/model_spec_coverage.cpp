@@ -76,12 +76,12 @@ std::string refused(const std::string& k) {
   if (k == "AutoContrast" || k == "Equalization" || k == "Solarization" ||
       k == "ContrastLimitedAdaptiveHistogramEqualization" || k == "MaxNumBoundingBoxes")
     return "image or bounding-box preprocessing: prepare the data before training";
-  if (k == "CategoryEncoding" || k == "Discretization" || k == "HashedCrossing" ||
-      k == "Hashing" || k == "IntegerLookup" || k == "StringLookup" || k == "TextVectorization")
+  if (k == "CategoryEncoding" || k == "Discretization" || k == "HashedCrossing" || k == "Hashing" ||
+      k == "IntegerLookup" || k == "StringLookup" || k == "TextVectorization")
     return "lookup and text preprocessing: give Mirror token ids (--train-tokens, .npy)";
   if (k == "Lambda" || k == "Layer" || k == "Wrapper" || k == "RNN" || ends("Cell") ||
-      k == "StackedRNNCells" || k == "JaxLayer" || k == "FlaxLayer" ||
-      k == "TorchModuleWrapper" || k == "TFSMLayer" || k == "Pipeline")
+      k == "StackedRNNCells" || k == "JaxLayer" || k == "FlaxLayer" || k == "TorchModuleWrapper" ||
+      k == "TFSMLayer" || k == "Pipeline")
     return "Python code, a cell or a wrapper of other frameworks: no JSON Mirror can build";
   if (ends("3D")) return "3-D volumes: Mirror's images are 2-D";
   if (k == "MelSpectrogram" || k == "STFTSpectrogram") return "audio preprocessing";

@@ -25,9 +25,8 @@ namespace {
 
 /// The op classes Keras 3 writes for masks (module keras.src.ops.*), lower case.
 const std::set<std::string>& mask_ops() {
-  static const std::set<std::string> ops = {"notequal",  "any",       "logicalor",
-                                            "logicaland", "expanddims", "zeroslike",
-                                            "concatenate"};
+  static const std::set<std::string> ops = {"notequal",   "any",       "logicalor",  "logicaland",
+                                            "expanddims", "zeroslike", "concatenate"};
   return ops;
 }
 
@@ -36,7 +35,7 @@ const std::set<std::string>& mask_ops() {
 /// other layer ends it. A new canonical layer that supports masking in Keras is added here.
 const std::set<std::string>& passes_mask() {
   static const std::set<std::string> types = {
-      "embedding", "dense",         "dropout",      "activation", "layer_normalization",
+      "embedding",           "dense",     "dropout",      "activation", "layer_normalization",
       "batch_normalization", "rescaling", "normalization"};
   return types;
 }
@@ -69,8 +68,8 @@ bool ModelSpecParser::mask_node(const json& entry, const std::string& type, cons
     const json& args = entry["inbound_nodes"][0].value("args", json::array());
     node.value = args.size() == 2 ? args[1] : json();
   }
-  if (type == "any" && (config.value("axis", json(-1)) != json(-1) ||
-                        config.value("keepdims", false) != false)) {
+  if (type == "any" &&
+      (config.value("axis", json(-1)) != json(-1) || config.value("keepdims", false) != false)) {
     throw InvalidArgument(where_text +
                           ": a mask reduced other than over the last axis (axis -1, keepdims "
                           "false) is not one Mirror can compute");
@@ -154,8 +153,8 @@ void ModelSpecParser::check_masks() {
     }
     mask_of[tensor(i)] = out;
     if (type == "batch_normalization" && !in_mask.empty()) {
-      throw InvalidArgument(where(spec.origin_[i], type) +
-                            ": normalises a masked sequence (" + show(in_mask) +
+      throw InvalidArgument(where(spec.origin_[i], type) + ": normalises a masked sequence (" +
+                            show(in_mask) +
                             "), whose statistics Keras takes over the unmasked steps only and "
                             "Mirror over every step; move it before the masking, or use "
                             "LayerNormalization (the same on every step)");

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <cstddef>
-#include <tuple>
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mirror/nn/models.h"

@@ -55,8 +55,10 @@ std::vector<json> ModelSpecParser::normalization(Fields& f, bool) {
     } else if (v->is_array() && v->empty()) {
       axis = nullptr;
     } else {
-      f.fail(field, "only the channel axis (-1) or null (one mean for every element) is "
-                    "supported, got " + v->dump());
+      f.fail(field,
+             "only the channel axis (-1) or null (one mean for every element) is "
+             "supported, got " +
+                 v->dump());
     }
   }
   const json mean = numbers(f, "mean");
@@ -99,7 +101,8 @@ std::vector<json> ModelSpecParser::resizing(Fields& f, bool keras) {
   const auto [height, width] = target_size(f);
   const std::string interpolation = lower(f.text("interpolation", "", "bilinear"));
   if (interpolation != "bilinear" && interpolation != "nearest") {
-    f.fail("interpolation", "only bilinear and nearest are supported, got \"" + interpolation + "\"");
+    f.fail("interpolation",
+           "only bilinear and nearest are supported, got \"" + interpolation + "\"");
   }
   const bool crop = f.boolean("crop_to_aspect_ratio", "", false);
   f.require_bool("pad_to_aspect_ratio", false,

@@ -28,8 +28,8 @@ std::ptrdiff_t final_sigmoid(const json& layers) {
   if (type == "dense") return static_cast<std::ptrdiff_t>(n - 1);
   if (type != "activation" || n < 2) return -1;
   const bool reads_previous =
-      !l.contains("inputs") || (layers[n - 2].contains("name") &&
-                                l["inputs"] == json::array({layers[n - 2]["name"]}));
+      !l.contains("inputs") ||
+      (layers[n - 2].contains("name") && l["inputs"] == json::array({layers[n - 2]["name"]}));
   return reads_previous ? static_cast<std::ptrdiff_t>(n - 1) : -1;
 }
 

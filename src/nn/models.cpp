@@ -57,7 +57,8 @@ std::vector<double> doubles(const json& v) {
 /// The preprocessing layers (preprocessing.h); null for other types.
 std::unique_ptr<Layer> make_preprocessing_layer(const json& l) {
   const std::string type = l["type"].get<std::string>();
-  if (type == "rescaling") return std::make_unique<Rescaling>(doubles(l["scale"]), doubles(l["offset"]));
+  if (type == "rescaling")
+    return std::make_unique<Rescaling>(doubles(l["scale"]), doubles(l["offset"]));
   if (type == "normalization") {
     // Note [Unstated normalization] (train_data.cpp): the trainer refuses it before this.
     MIRROR_CHECK(l.contains("mean"), InvalidArgument,
@@ -66,13 +67,14 @@ std::unique_ptr<Layer> make_preprocessing_layer(const json& l) {
                                            l["invert"].get<bool>());
   }
   if (type == "resizing") {
-    return std::make_unique<Resizing>(
-        as_int(l["height"]), as_int(l["width"]),
-        l["interpolation"] == "nearest" ? Resizing::Interpolation::kNearest
-                                        : Resizing::Interpolation::kBilinear,
-        l["crop_to_aspect_ratio"].get<bool>());
+    return std::make_unique<Resizing>(as_int(l["height"]), as_int(l["width"]),
+                                      l["interpolation"] == "nearest"
+                                          ? Resizing::Interpolation::kNearest
+                                          : Resizing::Interpolation::kBilinear,
+                                      l["crop_to_aspect_ratio"].get<bool>());
   }
-  if (type == "center_crop") return std::make_unique<CenterCrop>(as_int(l["height"]), as_int(l["width"]));
+  if (type == "center_crop")
+    return std::make_unique<CenterCrop>(as_int(l["height"]), as_int(l["width"]));
   return nullptr;
 }
 
@@ -102,10 +104,15 @@ std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
                                        !keras);
   }
   if (type == "masking") return std::make_unique<Masking>();
-  if (type == "gru") return std::make_unique<GRU>(as_int(l["units"]), l["return_sequences"]);
-  if (type == "lstm") {
-    return std::make_unique<LSTM>(as_int(l["units"]), l["return_sequences"],
-                                  l.value("unit_forget_bias", true));
+  if (type == "gru" || type == "lstm") {
+    std::unique_ptr<Recurrent> rnn;
+    if (type == "gru") rnn = std::make_unique<GRU>(as_int(l["units"]), l["return_sequences"]);
+    if (type == "lstm") {
+      rnn = std::make_unique<LSTM>(as_int(l["units"]), l["return_sequences"],
+                                   l.value("unit_forget_bias", true));
+    }
+    rnn->set_zero_output_for_mask(l.value("zero_output_for_mask", true));  // Note [Carried outputs]
+    return rnn;
   }
   if (type == "bidirectional") {
     auto inner = make_layer(l["layer"], keras);

@@ -222,8 +222,8 @@ Shape Resizing::build(const Shape& input_shape, DType dtype, Device device, Init
   std::vector<int> box = {0, 0, h, w};
   if (crop_) box = detail::aspect_crop(h, w, height_, width_);
   const bool bilinear = interpolation_ == Interpolation::kBilinear;
-  rows_ = init::to_tensor(detail::resize_matrix(h, box[0], box[2], height_, bilinear),
-                          {height_, h}, dtype, device);
+  rows_ = init::to_tensor(detail::resize_matrix(h, box[0], box[2], height_, bilinear), {height_, h},
+                          dtype, device);
   columns_ = init::to_tensor(detail::resize_matrix(w, box[1], box[3], width_, bilinear),
                              {width_, w}, dtype, device);
   return {input_shape[0], height_, width_};
@@ -244,10 +244,10 @@ Tensor Resizing::forward(const Tensor& x, ForwardContext&) {
 }
 
 Tensor Resizing::backward(const Tensor& dy) {
-  MIRROR_CHECK(batch_ > 0 && dy.defined() && dy.numel() == batch_ * input_shape_[0] * height_ *
-                                                                 width_,
-               InvalidArgument,
-               name() + " (" + kind() + "): backward needs a preceding forward of the same batch");
+  MIRROR_CHECK(
+      batch_ > 0 && dy.defined() && dy.numel() == batch_ * input_shape_[0] * height_ * width_,
+      InvalidArgument,
+      name() + " (" + kind() + "): backward needs a preceding forward of the same batch");
   const std::int64_t nc = batch_ * input_shape_[0], h = input_shape_[1], w = input_shape_[2];
   const Tensor dyt = swap_leading(dy, nc, height_, width_).reshape({height_, nc * width_});
   Tensor dat = Tensor::empty({h, nc * width_}, dtype_, dy.device());
@@ -269,14 +269,14 @@ json Resizing::config() const {
 
 CenterCrop::CenterCrop(int height, int width) : height_(height), width_(width) {
   MIRROR_CHECK(height > 0 && width > 0 && height <= 65536 && width <= 65536, InvalidArgument,
-               "CenterCrop: height and width must be in [1, 65536], got " +
-                   std::to_string(height) + " and " + std::to_string(width));
+               "CenterCrop: height and width must be in [1, 65536], got " + std::to_string(height) +
+                   " and " + std::to_string(width));
 }
 
 Shape CenterCrop::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
-  MIRROR_CHECK(input_shape.size() == 3, InvalidArgument,
-               name() + " (center_crop): expects an image [C, H, W] (NCHW), got " +
-                   shape_str(input_shape));
+  MIRROR_CHECK(
+      input_shape.size() == 3, InvalidArgument,
+      name() + " (center_crop): expects an image [C, H, W] (NCHW), got " + shape_str(input_shape));
   input_shape_ = input_shape;
   const int h = static_cast<int>(input_shape[1]), w = static_cast<int>(input_shape[2]);
   if (h >= height_ && w >= width_) {
@@ -295,7 +295,8 @@ Shape CenterCrop::build(const Shape& input_shape, DType dtype, Device device, In
 }
 
 Tensor CenterCrop::forward(const Tensor& x, ForwardContext& ctx) {
-  MIRROR_CHECK(!input_shape_.empty(), InvalidArgument, name() + " (center_crop): used before build()");
+  MIRROR_CHECK(!input_shape_.empty(), InvalidArgument,
+               name() + " (center_crop): used before build()");
   if (resize_) return resize_->forward(x, ctx);
   MIRROR_CHECK(x.defined() && x.rank() == 4 && x.dim(1) == input_shape_[0] &&
                    x.dim(2) == input_shape_[1] && x.dim(3) == input_shape_[2],

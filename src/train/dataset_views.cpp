@@ -107,9 +107,10 @@ std::shared_ptr<const data::Dataset> fixed_length(std::shared_ptr<const data::Da
                "fixed_length: token sequences only, got " + base->describe());
   if (s[0] == steps && !base->variable_length()) return base;
   MIRROR_CHECK(s[0] <= steps, InvalidArgument,
-               "the model reads sequences of " + std::to_string(steps) + " tokens (its input shape), " +
-                   "but " + base->describe() + " has sequences of up to " + std::to_string(s[0]) +
-                   ": shorten them to " + std::to_string(steps) +
+               "the model reads sequences of " + std::to_string(steps) +
+                   " tokens (its input shape), " + "but " + base->describe() +
+                   " has sequences of up to " + std::to_string(s[0]) + ": shorten them to " +
+                   std::to_string(steps) +
                    " tokens, or state the input length as None (Input(shape=(None,)))");
   return std::make_shared<FixedLength>(std::move(base), steps);
 }

@@ -149,8 +149,8 @@ bool admits(const Shape& stated, const Shape& shape) {
 /// The first layer of a spec that decides what its input is (preprocessing, dropout, masking
 /// and activations pass any input on).
 std::string first_shaping_layer(const nn::ModelSpec& spec) {
-  static const std::set<std::string> neutral = {"masking",    "dropout",       "activation",
-                                                "rescaling",  "normalization", "input"};
+  static const std::set<std::string> neutral = {"masking",   "dropout",       "activation",
+                                                "rescaling", "normalization", "input"};
   for (const auto& l : spec.layers()) {
     const std::string type = l["type"].get<std::string>();
     if (!neutral.count(type)) return type;
@@ -173,9 +173,15 @@ DataSplits builtin_data_for_spec(const TrainConfig& c) {
   Shape want = c.parsed_input_shape();
   if (want.empty()) want = spec.input_shape();
   if (want.empty()) {
-    static const std::set<std::string> sequence = {
-        "gru",       "lstm",      "bidirectional",    "conv1d",          "maxpool1d",
-        "avgpool1d", "global_maxpool1d", "global_avgpool1d", "layer_normalization"};
+    static const std::set<std::string> sequence = {"gru",
+                                                   "lstm",
+                                                   "bidirectional",
+                                                   "conv1d",
+                                                   "maxpool1d",
+                                                   "avgpool1d",
+                                                   "global_maxpool1d",
+                                                   "global_avgpool1d",
+                                                   "layer_normalization"};
     want = sequence.count(first) ? rows : first == "dense" ? Shape{784} : image;
   }
   if (admits(want, rows)) return image_data(c, data::Layout::kRows);
@@ -234,14 +240,17 @@ std::string binary_head(const TrainConfig& c, nn::ModelSpec& spec, DataSplits& d
   const bool one_output = units == 1 || (units == 0 && spec.ends_in_sigmoid());
   std::string loss = c.loss;
   if (classes && one_output) {
-    const auto kind = c.loss == "auto" ? dist::LossKind::kBinaryCrossEntropy : dist::parse_loss(c.loss);
+    const auto kind =
+        c.loss == "auto" ? dist::LossKind::kBinaryCrossEntropy : dist::parse_loss(c.loss);
     MIRROR_CHECK(kind != dist::LossKind::kSoftmaxCrossEntropy, InvalidArgument,
-                 what + " ends in one output (a binary classifier), which softmax cross-entropy "
-                        "cannot train: use --loss binary-cross-entropy (or auto), or end the "
-                        "model with a dense of one unit per class");
+                 what +
+                     " ends in one output (a binary classifier), which softmax cross-entropy "
+                     "cannot train: use --loss binary-cross-entropy (or auto), or end the "
+                     "model with a dense of one unit per class");
     MIRROR_CHECK(train.num_classes() <= 2, InvalidArgument,
-                 what + " ends in one output (a binary classifier: labels 0 and 1), but the "
-                        "labels of " +
+                 what +
+                     " ends in one output (a binary classifier: labels 0 and 1), but the "
+                     "labels of " +
                      train.describe() + " make " + std::to_string(train.num_classes()) +
                      " classes: end the model with a dense of " +
                      std::to_string(train.num_classes()) +

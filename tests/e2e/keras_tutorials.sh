@@ -4,11 +4,12 @@
 # inside the model, a fully convolutional time-series model and a Dense on every step over
 # Fashion-MNIST rows (the built-in data, read in the form each model's input takes), and sigmoid
 # heads on token sequences labelled 0/1 (bidirectional LSTMs, Conv1D text classification, the
-# masked bidirectional GRU + LSTM of issue 30). Each trains one short epoch with mirror-train,
-# then mirror-predict gives logits and probabilities (a softmax, or the sigmoid of a sigmoid
-# head, in [0, 1]), and, with onnxruntime installed, the exported ONNX graph gives the same
-# outputs within 1e-5. The sigmoid head then trains at 1, 2 and 3 ranks with the same global
-# batch to the same weights within 1e-5. Usage: keras_tutorials.sh <build dir>. Exit 77 = skipped.
+# masked bidirectional GRU + LSTM of issue 30, an LSTM whose outputs past the mask feed a max).
+# Each trains one short epoch with mirror-train, then mirror-predict gives logits and
+# probabilities (a softmax, or the sigmoid of a sigmoid head, in [0, 1]), and, with onnxruntime
+# installed, the exported ONNX graph gives the same outputs within 1e-5. The sigmoid head then
+# trains at 1, 2 and 3 ranks with the same global batch to the same weights within 1e-5.
+# Usage: keras_tutorials.sh <build dir>. Exit 77 = skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 tutorials="$root/tests/data/keras/tutorials"
 predict="$build/bin/mirror-predict"
@@ -99,7 +100,8 @@ x = np.zeros((len(rows), 20), np.int32)  # the models' length: what mirror-predi
 for i, r in enumerate(rows): x[i, :len(r)] = r
 np.save('tokens.npy', x)"
 PREDICT_INPUT=(--input-tokens predict.txt) PREDICT_NPY=tokens.npy SIGMOID=1
-for name in imdb_bidirectional_lstm text_classification_conv1d masked_bigru_lstm; do
+for name in imdb_bidirectional_lstm text_classification_conv1d masked_bigru_lstm \
+  masked_lstm_max_pool; do
   run "$name" --train-tokens train.txt --test-tokens test.txt
 done
 grep -q "loss binary-cross-entropy" masked_bigru_lstm.out ||

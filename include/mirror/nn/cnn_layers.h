@@ -112,7 +112,7 @@ class Concatenate : public MergeLayer {
 
  private:
   std::vector<std::int64_t> channels_;
-  bool sequences_ = false;            // [N, T, F] inputs, joined along F
+  bool sequences_ = false;           // [N, T, F] inputs, joined along F
   std::vector<std::int64_t> steps_;  // their N and T in the last forward
 };
 

@@ -156,6 +156,19 @@ def merged_masks(rng):
         rng.integers(0, 3, 6), "classes"
 
 
+def carried_outputs(rng):
+    """A standalone GRU returning sequences over a mask (zero_output_for_mask false: its last
+    output repeats past each length) into layers that end the mask."""
+    inp = keras.Input((None,), dtype="int32")
+    x = layers.Embedding(30, 6, mask_zero=True)(inp)
+    x = layers.GRU(5, return_sequences=True)(x)
+    x = layers.Conv1D(4, 2, activation="tanh")(x)
+    x = layers.GlobalMaxPooling1D()(x)
+    out = layers.Dense(3)(x)
+    return keras.Model(inp, out, name="carried_outputs"), padded_ids(rng, 6, 9, 30, LENGTHS), \
+        rng.integers(0, 3, 6), "classes"
+
+
 CASES = [
     sigmoid_head, sigmoid_activation, dense_per_step, rescaling_normalization,
     lambda r: resizing(r, "bilinear", False, (16, 15), "resizing_bilinear_up"),
@@ -165,6 +178,7 @@ CASES = [
     lambda r: center_crop(r, (6, 8), "center_crop"),
     lambda r: center_crop(r, (11, 14), "center_crop_upsize"),
     masked_bigru_lstm, masking_rows, conv1d_unmasked, conv1d_after_mask, merged_masks,
+    carried_outputs,
 ]
 
 

@@ -111,9 +111,20 @@ def masked_bigru_lstm():
     return keras.Model(inp, out, name="masked_bigru_lstm")
 
 
+def masked_lstm_max_pool():
+    """An LSTM returning sequences over a mask into GlobalMaxPooling1D (which ignores the mask):
+    past each length the LSTM repeats its last output (zero_output_for_mask false)."""
+    inp = keras.Input((None,), dtype="int32")
+    x = layers.Embedding(64, 16, mask_zero=True)(inp)
+    x = layers.LSTM(16, return_sequences=True)(x)
+    x = layers.GlobalMaxPooling1D()(x)
+    out = layers.Dense(1, activation="sigmoid")(x)
+    return keras.Model(inp, out, name="masked_lstm_max_pool")
+
+
 MODELS = [image_classification_from_scratch, resizing_and_center_crop, gru_behind_normalization,
           timeseries_fcn, dense_per_step, imdb_bidirectional_lstm, text_classification_conv1d,
-          masked_bigru_lstm]
+          masked_bigru_lstm, masked_lstm_max_pool]
 
 def flatten_ln():
     """docs/checkpoint.md's Flatten recipe, checked by tests/e2e/keras_interop.sh."""
