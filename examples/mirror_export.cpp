@@ -25,7 +25,8 @@ constexpr const char* kAbout =
     "  mirror-export --checkpoint run/ck --keras-weights model.weights.h5\n"
     "The graph (opset 17) takes 'input' (float [N, sample...], or int32 token ids [N, T] with\n"
     "0 as trailing padding) and gives 'output' (float [N, outputs]): the logits, or with\n"
-    "--output-kind probabilities their softmax, as mirror-predict computes them.\n"
+    "--output-kind probabilities their softmax (the sigmoid of a sigmoid or one-output head), as\n"
+    "mirror-predict computes them.\n"
     "--keras-weights writes Keras 3's .weights.h5: model.load_weights(FILE) loads it into the\n"
     "Keras model the spec was read from (channels_last images; docs/predict-export.md).\n"
     "Exit status: 0 written, 2 bad flags, input or a layer that cannot be exported, 1 other.\n\n"
@@ -69,6 +70,8 @@ int run(const std::string& checkpoint, const std::string& onnx, const std::strin
   if (onnx.empty()) return 0;
   mirror::onnx::ExportOptions options;
   options.probabilities = kind == "probabilities";
+  options.sigmoid =
+      mirror::predict::sigmoid_outputs(ck.spec, mirror::shape_numel(model.output_shape()));
   options.tokens = mirror::predict::input_spec(model).tokens;
   options.name = ck.spec.name();
   const mirror::onnx::Graph graph = mirror::onnx::export_onnx(model, options);
@@ -91,7 +94,7 @@ int main(int argc, char** argv) {
       "onnx", po::value(&onnx), "the ONNX file to write")("keras-weights", po::value(&keras),
                                                           "the Keras .weights.h5 file to write")(
       "output-kind", po::value(&kind)->default_value("logits"),
-      "logits, or probabilities (a Softmax at the end)")(
+      "logits, or probabilities (a Softmax at the end; a Sigmoid for a sigmoid head)")(
       "allow-extra-tensors", po::bool_switch(&allow_extra_tensors),
       "ignore checkpoint tensors the model spec does not have (an error otherwise)");
   po::variables_map vm;

@@ -61,7 +61,9 @@ mirror::Shape parse_shape(const std::string& text) {
   return dims;
 }
 
-pr::Inputs read_inputs(const Flags& f, std::string& what, const pr::InputSpec& spec,
+/// `raw`: uint8 arrays and images as stored, for a model that rescales its own input (Note [Raw
+/// values]).
+pr::Inputs read_inputs(const Flags& f, std::string& what, const pr::InputSpec& spec, bool raw,
                        std::vector<std::string>& files) {
   const int given = !f.input.empty() + !f.input_csv.empty() + !f.input_tokens.empty() +
                     !f.input_images.empty();
@@ -73,13 +75,13 @@ pr::Inputs read_inputs(const Flags& f, std::string& what, const pr::InputSpec& s
                  "--input-shape does not apply to --input-images: images are resized to the "
                  "model's input");
     what = f.input_images.size() == 1 ? f.input_images.front() : "--input-images";
-    return pr::read_image_input(f.input_images, spec, files);
+    return pr::read_image_input(f.input_images, spec, files, raw);
   }
   MIRROR_CHECK(f.label_column.empty() || !f.input_csv.empty(), mirror::InvalidArgument,
                "--label-column applies to --input-csv only");
   if (!f.input.empty()) {
     what = f.input;
-    return pr::read_array_input(f.input);
+    return pr::read_array_input(f.input, !raw);
   }
   if (!f.input_csv.empty()) {
     what = f.input_csv;
@@ -135,8 +137,10 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     model = pr::build_model(ck, sel.devices.at(0), f.allow_extra_tensors);
     std::string what;
     const pr::InputSpec spec = pr::input_spec(model);
-    inputs = read_inputs(f, what, spec, files);
+    inputs = read_inputs(f, what, spec, ck.spec.reads_raw_values(), files);
     if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
+    // A Keras model reads its sequences padded as in training (Note [Sequence masks]).
+    if (model.keras_masks() && inputs.tokens) pr::pad_tokens(inputs, model.input_shape().at(0));
     pr::check_inputs(inputs, spec, what);
   });
   if (code) return code;
@@ -153,7 +157,8 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
       const std::vector<float> part = pr::run_model(model, inputs, begin, end, f.batch_size);
       mine.insert(mine.end(), part.begin(), part.end());
     }
-    if (f.output_kind == "probabilities") pr::to_probabilities(mine, classes);
+    if (f.output_kind == "probabilities")
+      pr::to_probabilities(mine, classes, pr::sigmoid_outputs(ck.spec, classes));
   });
   if (code) return code;
   const auto shares = rt.all_gather_string(
@@ -213,8 +218,9 @@ int main(int argc, char** argv) {
       "reshape each float sample, e.g. 1,28,28 (as mirror-train's --input-shape)")(
       "output", po::value(&f.output), "where to write the float32 .npy [N, outputs]")(
       "output-kind", po::value(&f.output_kind)->default_value("logits"),
-      "logits (the model's outputs) or probabilities (their softmax)")(
-      "batch-size", po::value(&f.batch_size)->default_value(256), "samples per forward pass")(
+      "logits (the model's outputs) or probabilities (their softmax; the sigmoid of a sigmoid or "
+      "one-output head)")("batch-size", po::value(&f.batch_size)->default_value(256),
+                          "samples per forward pass")(
       "allow-extra-tensors", po::bool_switch(&f.allow_extra_tensors),
       "ignore checkpoint tensors the model spec does not have (an error otherwise)")(
       "devices", po::value(&f.devices.devices)->default_value("auto"),

@@ -4,7 +4,8 @@
 # Best effort: when PyPI cannot be reached the environment is left out, those two tests report
 # Skipped with their reason, and the rest of the suite is unaffected. onnxruntime (for
 # e2e.onnx_export) is tried on its own, so a platform without its wheel loses only that test
-# (Skipped). Prints DIR/bin on success.
+# (Skipped), and so are Keras 3 and JAX (its backend; for e2e.keras_interop). Prints DIR/bin on
+# success.
 # usage: scripts/test_python.sh DIR
 set -uo pipefail
 dir="${1:?usage: scripts/test_python.sh DIR}"
@@ -18,11 +19,12 @@ add_onnxruntime() {
     echo "test_python: could not install onnxruntime; e2e.onnx_export will be skipped" >&2
 }
 
-# Optional: e2e.keras_weights reports Skipped without it (KERAS_BACKEND=jax: the smallest backend).
+# Optional: e2e.keras_weights, e2e.keras_interop and e2e.keras_tutorials report Skipped without
+# them (KERAS_BACKEND=jax: the smallest backend).
 add_keras() {
   KERAS_BACKEND=jax "$dir/bin/python3" -c 'import keras, jax, h5py' 2>/dev/null ||
     timeout 600 "$dir/bin/pip" install -q --disable-pip-version-check keras jax h5py >&2 ||
-    echo "test_python: could not install keras/jax; e2e.keras_weights will be skipped" >&2
+    echo "test_python: could not install keras/jax; the Keras e2e tests will be skipped" >&2
 }
 
 if [ -x "$dir/bin/python3" ] && "$dir/bin/python3" -c "$check" 2>/dev/null; then

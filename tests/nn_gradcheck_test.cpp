@@ -305,7 +305,8 @@ TEST(LayerErrors, WrongInputShapeNamesTheLayerAndTheShapes) {
   EXPECT_THROW(Dropout(1.0), InvalidArgument);
   Dense flat_only(2);
   InitRng rng(1);
-  EXPECT_THROW(flat_only.build({2, 3}, DType::kFloat64, Device::cpu(), rng), InvalidArgument);
+  // Features and sequences only: an image [C, H, W] needs a flatten (Keras's last axis is C).
+  EXPECT_THROW(flat_only.build({2, 3, 4}, DType::kFloat64, Device::cpu(), rng), InvalidArgument);
 }
 
 }  // namespace

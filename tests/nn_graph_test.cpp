@@ -147,16 +147,22 @@ TEST(ModelGraph, SetUpErrors) {
                                                         HasSubstr("'conv2d_1' is [3,3,3]"),
                                                         HasSubstr("'conv2d_2' is [3,6,6]"))));
   }
-  {  // sequences: the channel axis is the last one, which Concatenate does not join
+  {  // sequences [T, F] are joined along F, their last axis; a rank-4 sample is refused
     Sequential seq;
     seq.add(std::make_unique<ActivationLayer>(Activation::kTanh), {-1});
     seq.add(std::make_unique<ActivationLayer>(Activation::kRelu), {-1});
     seq.add(std::make_unique<Concatenate>(), {0, 1});
+    seq.build({3, 4}, 1);
+    EXPECT_EQ(seq.output_shape(), (Shape{3, 8}));
+    Sequential volume;
+    volume.add(std::make_unique<ActivationLayer>(Activation::kTanh), {-1});
+    volume.add(std::make_unique<ActivationLayer>(Activation::kRelu), {-1});
+    volume.add(std::make_unique<Concatenate>(), {0, 1});
     EXPECT_THAT(
         [&] {
-          seq.build({3, 4}, 1);
+          volume.build({2, 3, 4, 5}, 1);
         },
-        ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("[C, H, W] or features [F]")));
+        ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("sequences [T, F]")));
   }
   {  // an output nobody reads
     Sequential m;

@@ -8,6 +8,7 @@
 #include "gradcheck.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/models.h"
+#include "mirror/nn/recurrent.h"
 #include "mirror/ops.h"
 #include "temp_dir.h"
 
@@ -190,7 +191,8 @@ TEST(ModelSpecLayers, SequenceLayersParseBindAndBuild) {
   Tensor ids = Tensor::from_vector<std::int32_t>({3, 4, 0, 0, 1, 2, 29, 0}, {2, 4});
   ForwardContext ctx;
   EXPECT_EQ(m.forward(ids, ctx).shape(), (Shape{2, 4}));
-  EXPECT_EQ(ctx.lengths, (std::vector<std::int32_t>{2, 3}));
+  EXPECT_EQ(Masking::lengths_of(ids), (std::vector<std::int32_t>{2, 3}));
+  EXPECT_TRUE(ctx.lengths.empty());  // ended by the last GRU (Note [Sequence masks])
   // A float sequence model: masking over [T, F] then a GRU.
   const ModelSpec rows = parse(json::parse(R"([{"type": "masking", "mask_value": 0},
                                                {"type": "gru", "units": 2}, {"type": "dense"}])"));
@@ -446,7 +448,7 @@ TEST(ModelSpecRejects, DataThatDoesNotFitTheLayers) {
   EXPECT_THAT(error_of([&] {
                 seq.bind({{5, 2}, DType::kFloat32, 2, 0});
               }),
-              AllOf(HasSubstr("layer 1 (dense)"), HasSubstr("[5,3]")));
+              AllOf(HasSubstr("outputs [5,2] per sample"), HasSubstr("not one per step")));
   const ModelSpec no_head = parse(json::parse(R"([{"type": "gru", "units": 3}])"));
   EXPECT_THAT(error_of([&] {
                 no_head.bind({{5, 2}, DType::kFloat32, 2, 0});

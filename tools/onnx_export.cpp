@@ -74,11 +74,19 @@ std::vector<std::int64_t> pads_2d(const Shape& in, std::int64_t k, std::int64_t 
   return {top, left, bottom, right};
 }
 
-std::string dense(Ctx& c, nn::Layer& l, const std::string& x) {
+std::string dense(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) {
   const auto params = l.parameters();
-  const std::string y =
-      c.b.op("Gemm", {x, weight(c, *params[0]), weight(c, *params[1])}, {}, l.name());
-  return activation(c, y, l.config().at("activation"), l.name());
+  if (in.size() == 1) {
+    const std::string y =
+        c.b.op("Gemm", {x, weight(c, *params[0]), weight(c, *params[1])}, {}, l.name());
+    return activation(c, y, l.config().at("activation"), l.name());
+  }
+  // A sequence [N, T, F]: every step (MatMul broadcasts over N and T).
+  const std::string y = c.b.op(
+      "Add", {c.b.op("MatMul", {x, weight(c, *params[0])}), weight(c, *params[1])}, {}, l.name());
+  const std::string out = activation(c, y, l.config().at("activation"), l.name());
+  // Note [Sequence masks]: Mirror's sequences stay zero past their lengths.
+  return c.lengths.empty() || c.keras_masks ? out : fill_past(c, out, c.lengths, 0.0f);
 }
 
 std::string conv2d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) {
@@ -164,20 +172,27 @@ std::string export_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& x
                          const Shape& in) {
   const std::string kind = l.kind();
   const std::string& x = xs.front();
-  if (kind == "dense") return dense(c, l, x);
+  if (kind == "dense") return dense(c, l, x, in);
   if (kind == "conv2d") return conv2d(c, l, x, in);
   if (kind == "max_pooling2d") return pool2d(c, l, x, in, true);
   if (kind == "average_pooling2d") return pool2d(c, l, x, in, false);
   if (kind == "global_average_pooling2d")
     return c.b.op("Flatten", {c.b.op("GlobalAveragePool", {x}, {}, l.name())}, {attr("axis", 1)});
   if (kind == "flatten") return c.b.op("Flatten", {x}, {attr("axis", 1)}, l.name());
-  if (kind == "activation") return activation(c, x, l.config().at("activation"), l.name());
+  if (kind == "activation") {
+    const std::string act = l.config().at("activation");
+    const std::string y = activation(c, x, act, l.name());
+    // Note [Sequence masks]: a sigmoid keeps Mirror's sequences zero past their lengths.
+    const bool zero = act == "sigmoid" && in.size() == 2 && !c.lengths.empty() && !c.keras_masks;
+    return zero ? fill_past(c, y, c.lengths, 0.0f) : y;
+  }
   if (kind == "dropout") return c.b.op("Identity", {x}, {}, l.name());  // inference: identity
   if (kind == "batch_normalization") return batch_norm(c, l, x, in);
   if (kind == "layer_normalization") return layer_norm(c, l, x, in);
   if (kind == "zero_padding2d") return zero_padding(c, l, x);
   if (kind == "add") return c.b.op(xs.size() == 2 ? "Add" : "Sum", xs, {}, l.name());
-  if (kind == "concatenate") return c.b.op("Concat", xs, {attr("axis", 1)}, l.name());
+  if (kind == "concatenate")  // the channel axis: 1 of NCHW and [N, F], 2 of sequences [N, T, F]
+    return c.b.op("Concat", xs, {attr("axis", in.size() == 2 ? 2 : 1)}, l.name());
   if (kind == "embedding")
     return c.b.op("Gather", {weight(c, *l.parameters()[0]), x}, {attr("axis", 0)}, l.name());
   if (kind == "masking") {
@@ -185,6 +200,7 @@ std::string export_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& x
     return x;
   }
   if (std::string y; export_sequence_layer(c, l, x, in, y)) return y;
+  if (std::string y; export_preprocessing_layer(c, l, x, in, y)) return y;
   throw InvalidArgument("layer " + l.name() + " (" + kind +
                         ") cannot be exported to ONNX: mirror-export has no exact mapping for "
                         "it (docs/predict-export.md lists the supported layers)");
@@ -205,27 +221,40 @@ Graph export_onnx(nn::Sequential& model, const ExportOptions& options) {
   g.name = options.name;
   g.doc = "Exported by mirror-export: " + model.config().dump();
   GraphBuilder b(g);
-  Ctx c{b, "", options.tokens};
+  Ctx c{b, "", options.tokens, model.keras_masks()};
   const std::string input = "input";
   g.inputs.push_back({input, options.tokens ? ElemType::kInt32 : ElemType::kFloat,
                       dims(model.input_shape(), "N", options.tokens)});
-  // Token data carries its lengths from the start (the loader's), as in training.
-  if (options.tokens) c.lengths = lengths_of_input(c, input, true);
+  // Token data carries its lengths from the start (the loader's), as in training, except with
+  // Keras's masks (Note [Sequence masks]).
+  const std::string input_lengths =
+      options.tokens && !c.keras_masks ? lengths_of_input(c, input, true) : "";
   const auto& layers = model.layers();
-  std::vector<std::string> outputs(layers.size());
+  std::vector<std::string> outputs(layers.size()), lengths(layers.size());
   std::vector<Shape> shapes = model.layer_output_shapes();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     std::vector<std::string> xs;
     Shape in;
+    // Each layer sees its input's lengths; a merge the longest (Sequential::forward).
+    c.lengths.clear();
+    bool unmasked = false;
     for (int j : model.layer_inputs(i)) {
-      xs.push_back(j == nn::Sequential::kModelInput ? input : outputs[static_cast<std::size_t>(j)]);
-      in = j == nn::Sequential::kModelInput ? model.input_shape()
-                                            : shapes[static_cast<std::size_t>(j)];
+      const bool model_input = j == nn::Sequential::kModelInput;
+      const auto k = static_cast<std::size_t>(j);
+      xs.push_back(model_input ? input : outputs[k]);
+      in = model_input ? model.input_shape() : shapes[k];
+      const std::string& l = model_input ? input_lengths : lengths[k];
+      unmasked = unmasked || l.empty();
+      c.lengths = c.lengths.empty() ? l : b.op("Max", {c.lengths, l});
     }
+    if (unmasked) c.lengths.clear();
     outputs[i] = export_layer(c, *layers[i], xs, in);
+    if (shapes[i].size() < 2 && in.size() >= 2) c.lengths.clear();  // no time axis any more
+    lengths[i] = c.lengths;
   }
   std::string last = outputs.back();
-  if (options.probabilities) last = b.op("Softmax", {last}, {attr("axis", -1)});
+  if (options.probabilities && options.sigmoid) last = b.op("Sigmoid", {last});
+  if (options.probabilities && !options.sigmoid) last = b.op("Softmax", {last}, {attr("axis", -1)});
   g.nodes.push_back({"Identity", "output", {last}, {"output"}, {}});
   const bool dynamic_out = options.tokens && model.output_shape().size() >= 2;
   g.outputs.push_back({"output", ElemType::kFloat, dims(model.output_shape(), "N", dynamic_out)});

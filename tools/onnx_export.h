@@ -14,6 +14,7 @@ struct ExportOptions {
   bool probabilities = false;  // end with a Softmax (mirror-predict --output-kind probabilities)
   bool tokens = false;         // the input is int32 token ids [N, T] (lengths from trailing 0s)
   std::string name = "mirror";
+  bool sigmoid = false;  // probabilities by a Sigmoid, not a Softmax (predict::sigmoid_outputs)
 };
 
 /// The graph: input "input" (float [N, sample...], or int32 [N, T] ids), output "output"

@@ -16,6 +16,7 @@ struct Ctx {
   GraphBuilder& b;
   std::string lengths;
   bool dynamic_steps = false;  // T is a graph dimension (token data), not the built one
+  bool keras_masks = false;    // Note [Sequence masks] (nn/layer.h): the model's mask semantics
 };
 
 std::vector<float> values_of(const Tensor& t);
@@ -30,6 +31,11 @@ std::string transpose(Ctx& c, const std::string& x, std::vector<std::int64_t> pe
 /// Masking's lengths of x: ids [N, T] (`tokens`) or floats [N, T, F]: 1 + the last step with a
 /// non-zero id / feature, at least 1. int64 [N].
 std::string lengths_of_input(Ctx& c, const std::string& x, bool tokens);
+/// x [N, T, C] with every step at or past its sequence's length replaced by `fill`.
+std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill);
+/// Rescaling, Normalization, Resizing and CenterCrop; false for other kinds.
+bool export_preprocessing_layer(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in,
+                                std::string& y);
 /// The GRU, LSTM, Bidirectional, Conv1D and 1-D pooling layers; false for other kinds.
 bool export_sequence_layer(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in,
                            std::string& y);

@@ -31,11 +31,6 @@ std::string valid_steps(Ctx& c, const std::string& x, const std::string& lengths
   return c.b.op("Unsqueeze", {lt, c.b.ints({2})});
 }
 
-/// x with every step at or past its sequence's length replaced by `fill`.
-std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill) {
-  return c.b.op("Where", {valid_steps(c, x, lengths), x, c.b.scalar_f(fill)});
-}
-
 /// Mirror's window_output_length on the lengths tensor (include/mirror/nn/conv1d.h).
 std::string window_lengths(Ctx& c, const std::string& lengths, const std::string& padding,
                            std::int64_t k, std::int64_t stride, std::int64_t dilation) {
@@ -78,6 +73,7 @@ std::string conv1d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in) 
     for (std::int64_t j = 0; j < k; ++j)
       for (std::int64_t i = 0; i < ch; ++i) oik[(a * ch + i) * k + j] = w[(a * k + j) * ch + i];
   const std::string padding = cfg["padding"];
+  if (c.keras_masks) c.lengths.clear();  // Note [Sequence masks]: Keras's Conv1D ends the mask
   const std::string y =
       c.b.op("Conv",
              {transpose(c, x, {0, 2, 1}), c.b.floats(params[0]->name, {o, ch, k}, oik),
@@ -97,6 +93,7 @@ std::string pool1d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in, 
   const auto cfg = l.config();
   const std::int64_t k = cfg["pool_size"], s = cfg["strides"];
   const std::string padding = cfg["padding"];
+  if (c.keras_masks) c.lengths.clear();  // Note [Sequence masks]: Keras's pools end the mask
   const Attribute pads = window_pads(padding, c.dynamic_steps ? -1 : in[0], k, s, 1);
   const std::vector<Attribute> window = {attr("kernel_shape", std::vector<std::int64_t>{k}),
                                          attr("strides", std::vector<std::int64_t>{s}), pads};
@@ -134,6 +131,7 @@ std::string pool1d(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in, 
 }
 
 std::string global_pool1d(Ctx& c, const std::string& x, bool max, const std::string& name) {
+  if (c.keras_masks && max) c.lengths.clear();  // Keras's GlobalMaxPooling1D reads every step
   std::string y;
   if (max) {
     const std::string in_x =
@@ -221,11 +219,28 @@ std::string recurrent(Ctx& c, nn::Layer& l, const std::vector<nn::Recurrent*>& d
   const bool sequences = first.return_sequences();
   const std::string y = merge_directions(c, sequences ? outs[0] : outs[1], sequences, units, mode,
                                          static_cast<int>(dirs.size()));
+  if (!sequences || c.lengths.empty()) return y;
+  if (c.keras_masks && !first.zero_output_for_mask() && dirs.size() == 1) {
+    // Note [Carried outputs]: past its length a sequence repeats its last valid output: step t
+    // reads step min(t, length - 1).
+    const std::string steps =
+        c.b.op("Range", {c.b.scalar_i64(0), steps_of(c, y), c.b.scalar_i64(1)});
+    const std::string last = c.b.op("Sub", {c.lengths, c.b.scalar_i64(1)});
+    const std::string index = c.b.op("Min", {c.b.op("Unsqueeze", {steps, c.b.ints({0})}),
+                                             c.b.op("Unsqueeze", {last, c.b.ints({1})})});
+    const std::string expanded =
+        c.b.op("Expand", {c.b.op("Unsqueeze", {index, c.b.ints({2})}), c.b.op("Shape", {y})});
+    return c.b.op("GatherElements", {y, expanded}, {attr("axis", 1)});
+  }
   // Zeros past each length, as Mirror's return_sequences (whatever the runtime leaves there).
-  return sequences && !c.lengths.empty() ? fill_past(c, y, c.lengths, 0.0f) : y;
+  return fill_past(c, y, c.lengths, 0.0f);
 }
 
 }  // namespace
+
+std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill) {
+  return c.b.op("Where", {valid_steps(c, x, lengths), x, c.b.scalar_f(fill)});
+}
 
 std::string lengths_of_input(Ctx& c, const std::string& x, bool tokens) {
   std::string any = tokens

@@ -171,11 +171,11 @@ InputSpec input_spec(nn::Sequential& model) {
 
 // ---------------------------------------------------------------- input files
 
-Inputs read_array_input(const std::string& path) {
-  return array_input(data::parse_array_file(data::read_file_bytes(path), path), path);
+Inputs read_array_input(const std::string& path, bool scale_uint8) {
+  return array_input(data::parse_array_file(data::read_file_bytes(path), path), path, scale_uint8);
 }
 
-Inputs array_input(const data::NumericArray& a, const std::string& path) {
+Inputs array_input(const data::NumericArray& a, const std::string& path, bool scale_uint8) {
   MIRROR_CHECK(!a.shape.empty(), DataError,
                path +
                    ": a scalar holds no samples; save an array [N, ...] with one sample per "
@@ -195,7 +195,7 @@ Inputs array_input(const data::NumericArray& a, const std::string& path) {
     }
     return in;
   }
-  const double scale = a.type == data::ElementType::kUInt8 ? 1.0 / 255.0 : 1.0;
+  const double scale = a.type == data::ElementType::kUInt8 && scale_uint8 ? 1.0 / 255.0 : 1.0;
   in.floats.resize(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const double v = a.value(i) * scale;
@@ -208,7 +208,7 @@ Inputs array_input(const data::NumericArray& a, const std::string& path) {
 }
 
 Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
-                        std::vector<std::string>& files) {
+                        std::vector<std::string>& files, bool raw) {
   const Shape& s = spec.sample_shape;
   MIRROR_CHECK(!spec.tokens && s.size() == 3 && (s[0] == 1 || s[0] == 3) && s[1] > 0 && s[2] > 0,
                InvalidArgument,
@@ -220,6 +220,7 @@ Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& 
   o.width = static_cast<int>(s[2]);
   o.color = s[0] == 1 ? data::ColorMode::kGrayscale : data::ColorMode::kRgb;
   o.check_threads = 4;
+  o.scale_to_unit = !raw;  // Note [Raw values]: a Rescaling model takes 0..255
   const auto ds = data::load_image_files(paths, o);
   Inputs in;
   in.shape = {ds->size(), s[0], s[1], s[2]};
@@ -393,8 +394,20 @@ void reshape_samples(Inputs& inputs, const Shape& shape) {
                "--input-shape " + shape_str(shape) + " has " + std::to_string(shape_numel(shape)) +
                    " elements, the input's samples " + shape_str(sample) + " have " +
                    std::to_string(shape_numel(sample)));
+  const std::int64_t count = inputs.count();  // read before the shape is replaced
   inputs.shape = shape;
-  inputs.shape.insert(inputs.shape.begin(), sample.empty() ? 0 : inputs.count());
+  inputs.shape.insert(inputs.shape.begin(), sample.empty() ? 0 : count);
+}
+
+void pad_tokens(Inputs& inputs, std::int64_t steps) {
+  if (!inputs.tokens || inputs.shape.size() != 2 || inputs.shape[1] >= steps) return;
+  const std::int64_t n = inputs.shape[0], t = inputs.shape[1];
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n * steps), 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    std::copy(inputs.ids.begin() + i * t, inputs.ids.begin() + (i + 1) * t,
+              ids.begin() + i * steps);
+  inputs.ids = std::move(ids);
+  inputs.shape[1] = steps;
 }
 
 void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what) {
@@ -471,7 +484,15 @@ std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::i
   return out;
 }
 
-void to_probabilities(std::vector<float>& values, std::int64_t classes) {
+bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs) {
+  return spec.sigmoid_folded() || outputs == 1;
+}
+
+void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid) {
+  if (sigmoid) {
+    for (float& v : values) v = static_cast<float>(1.0 / (1.0 + std::exp(-double(v))));
+    return;
+  }
   for (std::size_t row = 0; row + static_cast<std::size_t>(classes) <= values.size();
        row += static_cast<std::size_t>(classes)) {
     float* v = values.data() + row;

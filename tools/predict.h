@@ -53,10 +53,12 @@ struct Inputs {
 
 /// A .npy or IDX file (gzip accepted): uint8 is scaled by 1/255 as mirror-train does, other
 /// numbers are read as floats; int32/int64 [N, T] are token ids.
-Inputs read_array_input(const std::string& path);
+/// `scale_uint8` false: uint8 as stored, for a model that reads raw values (Note [Raw values]).
+Inputs read_array_input(const std::string& path, bool scale_uint8 = true);
 /// The same for an array already in memory (the Python module's NumPy input); `name` is used
 /// in errors.
-Inputs array_input(const data::NumericArray& array, const std::string& name);
+Inputs array_input(const data::NumericArray& array, const std::string& name,
+                   bool scale_uint8 = true);
 /// A CSV of numeric feature columns (a header row is detected as in training); `label_column`
 /// (a name or 0-based index) is dropped when given, so a training file can be used as is.
 Inputs read_csv_input(const std::string& path, const std::string& label_column);
@@ -65,7 +67,7 @@ Inputs read_csv_input(const std::string& path, const std::string& label_column);
 /// 3 (RGB). `files` receives each sample's file. InvalidArgument when the model does not read
 /// images; DataError naming the file (and its index) for a bad image.
 Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
-                        std::vector<std::string>& files);
+                        std::vector<std::string>& files, bool raw = false);
 /// Writes "sample,class" lines: each row's arg-max class, named by `classes` when it has them;
 /// `names` (one per row, e.g. the image files) or the row index names the sample.
 void write_class_csv(const std::string& path, const std::vector<float>& outputs,
@@ -78,6 +80,9 @@ Inputs read_token_input(const std::string& path, bool labeled);
 /// Reshapes float samples to `shape` (mirror-train's --input-shape): InvalidArgument when the
 /// element counts differ.
 void reshape_samples(Inputs& inputs, const Shape& shape);
+/// Token ids padded with trailing zeros to at least `steps` per sample (Note [Sequence masks]: a
+/// Keras model sees its sequences at the length it was trained with).
+void pad_tokens(Inputs& inputs, std::int64_t steps);
 /// InvalidArgument naming what the model expects and what the input holds (the sample shape,
 /// ids versus floats); DataError for a token id outside the vocabulary or an all-padding row.
 void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what);
@@ -88,8 +93,13 @@ void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string
 std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::int64_t begin,
                              std::int64_t end, std::int64_t batch_size);
 
-/// Softmax over each row of `classes` values, in double.
-void to_probabilities(std::vector<float>& values, std::int64_t classes);
+/// Softmax over each row of `classes` values, in double; with `sigmoid`, the sigmoid of each value
+/// instead (Note [Folded sigmoid]: a binary or multi-label head, see sigmoid_outputs).
+void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid = false);
+/// Whether a model's probabilities are the sigmoid of each output rather than a softmax: its
+/// sigmoid was folded into binary cross-entropy, or it has one output (a binary logit, whose
+/// softmax would be 1 whatever the input).
+bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs);
 
 /// Writes a float32 .npy; Error naming the file and the system's reason when it cannot.
 void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& values);

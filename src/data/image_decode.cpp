@@ -292,7 +292,8 @@ std::shared_ptr<const ImageDecoder> make_image_decoder(DecodeDevice device) {
   return r.factory();
 }
 
-void image_to_chw(const DecodedImage& image, int channels, int height, int width, float* dst) {
+void image_to_chw(const DecodedImage& image, int channels, int height, int width, float* dst,
+                  double divisor) {
   const int h = image.height, w = image.width, c = image.channels;
   // Colour first, at the source size: one plane per output channel.
   std::vector<std::uint8_t> planes(static_cast<std::size_t>(channels) * h * w);
@@ -309,7 +310,8 @@ void image_to_chw(const DecodedImage& image, int channels, int height, int width
     }
   }
   if (h == height && w == width) {
-    for (std::size_t i = 0; i < planes.size(); ++i) dst[i] = static_cast<float>(planes[i]) / 255.0f;
+    const auto d = static_cast<float>(divisor);
+    for (std::size_t i = 0; i < planes.size(); ++i) dst[i] = static_cast<float>(planes[i]) / d;
     return;
   }
   // Bilinear, half-pixel centres: output pixel y samples source row (y + 0.5) * h / H - 0.5.
@@ -327,7 +329,7 @@ void image_to_chw(const DecodedImage& image, int channels, int height, int width
         const double wx = fx - x0;
         const double top = plane[y0 * w + x0] * (1 - wx) + plane[y0 * w + x1] * wx;
         const double bottom = plane[y1 * w + x0] * (1 - wx) + plane[y1 * w + x1] * wx;
-        out[y * width + x] = static_cast<float>((top * (1 - wy) + bottom * wy) / 255.0);
+        out[y * width + x] = static_cast<float>((top * (1 - wy) + bottom * wy) / divisor);
       }
     }
   }

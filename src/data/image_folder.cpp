@@ -107,7 +107,9 @@ class ImageFiles : public Dataset {
   void decode_float(std::int64_t index, float* dst) const override;
   std::string describe() const override { return description_; }
   std::vector<std::string> notes() const override { return notes_; }
-  std::optional<double> input_bound() const override { return 1.0; }
+  std::optional<double> input_bound() const override {
+    return options_.scale_to_unit ? 1.0 : 255.0;
+  }
   bool checks_at_batch() const override { return true; }
   std::vector<std::string> class_names() const override { return classes_; }
   std::string path(std::int64_t index) const {
@@ -214,7 +216,7 @@ void ImageFiles::decode_float(std::int64_t index, float* dst) const {
                     index);
   }
   image_to_chw(image, static_cast<int>(channels_), static_cast<int>(height_),
-               static_cast<int>(width_), dst);
+               static_cast<int>(width_), dst, options_.scale_to_unit ? 255.0 : 1.0);
 }
 
 std::string ignored_note(std::int64_t ignored, const std::string& example) {

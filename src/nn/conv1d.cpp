@@ -119,6 +119,8 @@ Tensor Conv1D::forward(const Tensor& x, ForwardContext& ctx) {
   ops::bias_add(y, bias_.value);
   if (act_ != Activation::kIdentity) y = ops::activation_forward(act_, y);
   y_ = y.reshape({n, t_out, filters_});
+  // Note [Sequence masks]: Keras's Conv1D reads every step and ends the mask.
+  if (ctx.keras_masks) ctx.lengths.clear();
   out_lengths_ = output_lengths(ctx.lengths, padding_, kernel_, stride_, dilation_);
   if (!ctx.training) cols_ = Tensor();
   if (out_lengths_.empty()) return y_;
@@ -178,6 +180,8 @@ Tensor Pool1D::forward(const Tensor& x, ForwardContext& ctx) {
                name() + " (" + kind() + "): expected input [N, T, " + std::to_string(channels_) +
                    "], got " + (x.defined() ? x.str() : std::string("nothing")));
   window_ = window_for(*this, padding_, x.dim(1), pool_, stride_, 1);
+  // Note [Sequence masks]: Keras's 1-D pools read every step and end the mask.
+  if (ctx.keras_masks) ctx.lengths.clear();
   lengths_ = lengths_or_full(ctx, x);
   const Tensor y = ops::pool1d_forward(mode_, x, lengths_, window_);
   x_ = ctx.training ? x : Tensor();
@@ -217,6 +221,9 @@ Tensor GlobalPool1D::forward(const Tensor& x, ForwardContext& ctx) {
           "], got " + (x.defined() ? x.str() : std::string("nothing")));
   const int t = static_cast<int>(x.dim(1));
   window_ = ops::Window1D{t, t, 1, 0, 0};  // one window over all steps
+  // Note [Sequence masks]: Keras's GlobalAveragePooling1D averages the unmasked steps, as Mirror
+  // does; its GlobalMaxPooling1D ignores the mask.
+  if (ctx.keras_masks && mode_ == ops::Pool1D::kMax) ctx.lengths.clear();
   lengths_ = lengths_or_full(ctx, x);
   const Tensor y = ops::pool1d_forward(mode_, x, lengths_, window_);
   x_ = ctx.training ? x : Tensor();

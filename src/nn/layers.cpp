@@ -67,6 +67,11 @@ void check_input(const Layer& layer, const Tensor& x, const Shape& inner, DType 
                         "; check the model's input shape and the layer order");
 }
 
+Shape any_steps(const Shape& inner) {
+  if (inner.size() != 2) return inner;
+  return {-1, inner[1]};
+}
+
 Parameter make_parameter(const Layer& layer, const std::string& what, Tensor value) {
   Parameter p;
   p.name = layer.name() + "/" + what;
@@ -100,43 +105,67 @@ Dense::Dense(int units, Activation act) : units_(units), act_(act) {
 }
 
 Shape Dense::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
-  MIRROR_CHECK(input_shape.size() == 1, InvalidArgument,
-               name() + " (dense): expects a flat input [features], got " + shape_str(input_shape) +
-                   "; put a Flatten before it");
-  in_ = input_shape[0];
+  MIRROR_CHECK(input_shape.size() == 1 || input_shape.size() == 2, InvalidArgument,
+               name() + " (dense): expects features [F] or sequences [T, F] (applied to each " +
+                   "step, as Keras does), got " + shape_str(input_shape) +
+                   "; put a Flatten or a global pooling before it");
+  in_ = input_shape.back();
+  // A sequence's T varies from batch to batch.
+  inner_ = input_shape.size() == 2 ? Shape{-1, in_} : Shape{in_};
   dtype_ = dtype;
   kernel_ = detail::make_parameter(
       *this, "kernel", init::glorot_uniform({in_, units_}, in_, units_, dtype, device, rng));
   bias_ = detail::make_parameter(*this, "bias", init::zeros({units_}, dtype, device));
-  return {units_};
+  Shape out = input_shape;
+  out.back() = units_;
+  return out;
 }
 
-Tensor Dense::forward(const Tensor& x, ForwardContext&) {
+Tensor Dense::forward(const Tensor& x, ForwardContext& ctx) {
   require_built(*this, kernel_.value.defined());
-  detail::check_input(*this, x, {in_}, dtype_);
-  Tensor y = Tensor::empty({x.dim(0), units_}, dtype_, x.device());
+  detail::check_input(*this, x, inner_, dtype_);
+  // Every step of a sequence [N, T, F] is a row: one product over [N*T, F] (Keras's last axis).
+  const std::int64_t rows = x.numel() / in_;
+  const Tensor x2 = x.reshape({rows, in_});
+  Tensor y = Tensor::empty({rows, units_}, dtype_, x.device());
   {
     const ConstantOperands constant({kernel_.value.raw_data()});  // Note [Cast once per step]
-    ops::gemm(false, false, 1.0, x, kernel_.value, 0.0, y);
+    ops::gemm(false, false, 1.0, x2, kernel_.value, 0.0, y);
   }
   ops::bias_add(y, bias_.value);
   if (act_ != Activation::kIdentity) y = ops::activation_forward(act_, y);
-  x_ = x;
+  x_ = x2;
   y_ = y;
-  return y;
+  Shape out = x.shape();
+  out.back() = units_;
+  // Note [Sequence masks]: Mirror's sequences stay zero past their lengths.
+  lengths_.clear();
+  if (x.rank() == 3 && !ctx.lengths.empty() && !ctx.keras_masks) {
+    lengths_ = ctx.lengths;
+    return ops::zero_past_lengths(y.reshape(out), lengths_);
+  }
+  return y.reshape(out);
 }
 
 Tensor Dense::backward(const Tensor& dy) {
   require_forward(*this, x_);
-  check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
-  const Tensor g = act_ == Activation::kIdentity ? dy : ops::activation_backward(act_, y_, dy);
+  MIRROR_CHECK(
+      dy.defined() && dy.numel() == y_.numel() && dy.shape().back() == units_, InvalidArgument,
+      name() + " backward: expected dy of " + std::to_string(y_.numel()) + " elements [..., " +
+          std::to_string(units_) + "], got " + (dy.defined() ? dy.str() : std::string("nothing")));
+  // The outputs set to zero past the lengths pass no gradient.
+  const Tensor dy2 =
+      (lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_)).reshape(y_.shape());
+  const Tensor g = act_ == Activation::kIdentity ? dy2 : ops::activation_backward(act_, y_, dy2);
   ops::gemm(true, false, 1.0, x_, g, 1.0, kernel_.grad);  // dW += x^T g
   ops::bias_grad(g, bias_.grad);
   if (!input_grad_needed()) return {};
   Tensor dx = Tensor::empty(x_.shape(), dtype_, x_.device());
   const ConstantOperands constant({kernel_.value.raw_data()});
   ops::gemm(false, true, 1.0, g, kernel_.value, 0.0, dx);  // dx = g W^T
-  return dx;
+  Shape in = dy.shape();
+  in.back() = in_;
+  return dx.reshape(in);
 }
 
 nlohmann::json Dense::config() const {
@@ -181,13 +210,20 @@ Shape ActivationLayer::build(const Shape& input_shape, DType dtype, Device, Init
   return input_shape;
 }
 
-Tensor ActivationLayer::forward(const Tensor& x, ForwardContext&) {
-  detail::check_input(*this, x, input_shape_, dtype_);
+Tensor ActivationLayer::forward(const Tensor& x, ForwardContext& ctx) {
+  detail::check_input(*this, x, detail::any_steps(input_shape_), dtype_);
   if (gelu_) {
     y_ = x;
     return ops::gelu_forward(x);
   }
   y_ = act_ == Activation::kIdentity ? x : ops::activation_forward(act_, x);
+  // Note [Sequence masks]: the one activation that is not 0 at 0 keeps Mirror's sequences zero
+  // past their lengths.
+  lengths_.clear();
+  if (act_ == Activation::kSigmoid && x.rank() == 3 && !ctx.lengths.empty() && !ctx.keras_masks) {
+    lengths_ = ctx.lengths;
+    return ops::zero_past_lengths(y_, lengths_);
+  }
   return y_;
 }
 
@@ -195,7 +231,8 @@ Tensor ActivationLayer::backward(const Tensor& dy) {
   require_forward(*this, y_);
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
   if (gelu_) return ops::gelu_backward(y_, dy);
-  return act_ == Activation::kIdentity ? dy : ops::activation_backward(act_, y_, dy);
+  const Tensor g = lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_);
+  return act_ == Activation::kIdentity ? g : ops::activation_backward(act_, y_, g);
 }
 
 nlohmann::json ActivationLayer::config() const {
@@ -231,7 +268,7 @@ std::uint64_t Dropout::layer_seed(std::uint64_t step_seed) const {
 }
 
 Tensor Dropout::forward(const Tensor& x, ForwardContext& ctx) {
-  detail::check_input(*this, x, input_shape_, dtype_);
+  detail::check_input(*this, x, detail::any_steps(input_shape_), dtype_);
   active_ = ctx.training && rate_ > 0.0;
   if (!active_) return x;
   MIRROR_CHECK(ctx.sample_ids.defined(), InvalidArgument,
@@ -250,7 +287,8 @@ nlohmann::json Dropout::config() const { return {{"rate", rate_}}; }
 
 // ---------------------------------------------------------------- Embedding
 
-Embedding::Embedding(std::int64_t vocab, int dim) : vocab_(vocab), dim_(dim) {
+Embedding::Embedding(std::int64_t vocab, int dim, bool padding_row)
+    : vocab_(vocab), dim_(dim), padding_row_(padding_row) {
   MIRROR_CHECK(vocab >= 2 && dim > 0, InvalidArgument,
                "Embedding: expected vocab >= 2 (index 0 is padding) and dim > 0, got vocab " +
                    std::to_string(vocab) + ", dim " + std::to_string(dim));
@@ -260,7 +298,7 @@ Shape Embedding::build(const Shape& input_shape, DType dtype, Device device, Ini
   MIRROR_CHECK(input_shape.size() == 1, InvalidArgument,
                name() + " (embedding): expects ids [T], got " + shape_str(input_shape));
   std::vector<double> values = init::uniform_values(vocab_ * dim_, -0.05, 0.05, rng);
-  std::fill(values.begin(), values.begin() + dim_, 0.0);  // padding row
+  std::fill(values.begin(), values.begin() + dim_, 0.0);  // starts at zero either way
   table_ = detail::make_parameter(*this, "embeddings",
                                   init::to_tensor(values, {vocab_, dim_}, dtype, device));
   return {input_shape[0], dim_};
@@ -275,10 +313,26 @@ Tensor Embedding::forward(const Tensor& x, ForwardContext&) {
 
 Tensor Embedding::backward(const Tensor& dy) {
   require_forward(*this, ids_);
-  ops::embedding_backward(ids_, dy, table_.grad);
+  ops::embedding_backward(ids_, dy, table_.grad);  // every row but 0
+  if (!padding_row_) {
+    // Row 0 trains like the others: the sum of dy over the steps whose id is 0, as one product
+    // of a 0/1 row over the steps with dy [N*T, dim].
+    const std::vector<std::int32_t> ids = ids_.to(Device::cpu()).to_vector<std::int32_t>();
+    std::vector<float> zero(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) zero[i] = ids[i] == 0 ? 1.0f : 0.0f;
+    Tensor w = Tensor::from_vector(zero, {1, static_cast<std::int64_t>(ids.size())});
+    if (dy.dtype() != DType::kFloat32) w = ops::cast(w, dy.dtype());
+    Tensor row0 = table_.grad.view(0, {1, dim_});
+    ops::gemm(false, false, 1.0, w.to(dy.device()),
+              dy.reshape({static_cast<std::int64_t>(ids.size()), dim_}), 1.0, row0);
+  }
   return {};
 }
 
-nlohmann::json Embedding::config() const { return {{"vocab", vocab_}, {"dim", dim_}}; }
+nlohmann::json Embedding::config() const {
+  nlohmann::json j = {{"vocab", vocab_}, {"dim", dim_}};
+  if (!padding_row_) j["padding_row"] = false;
+  return j;
+}
 
 }  // namespace mirror::nn

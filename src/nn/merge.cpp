@@ -57,23 +57,26 @@ std::vector<Tensor> Add::backward_inputs(const Tensor& dy) {
 Shape Concatenate::build_inputs(const std::vector<Shape>& shapes,
                                 const std::vector<std::string>& names, DType, Device) {
   Shape out = shapes[0];
-  // The channel axis is C of [C, H, W] and F of [F]; for sequences [T, F] it would be the last
-  // axis, which concat_channels (dimension 1 of the batch) does not join.
-  MIRROR_CHECK(out.size() == 1 || out.size() == 3, InvalidArgument,
+  // The channel axis is C of [C, H, W] and F of [F] and of sequences [T, F]; a sequence's steps
+  // are joined as rows [N*T, F] (T may change from batch to batch).
+  MIRROR_CHECK(!out.empty() && out.size() <= 3, InvalidArgument,
                name() +
-                   " (concatenate): joins images [C, H, W] or features [F] along the "
-                   "channel axis, got input '" +
+                   " (concatenate): joins images [C, H, W], features [F] or sequences [T, F] "
+                   "along the channel axis, got input '" +
                    names[0] + "' " + shape_str(out));
+  sequences_ = out.size() == 2;
+  const std::size_t axis = sequences_ ? 1 : 0;
   channels_.clear();
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size();
-    for (std::size_t d = 1; ok && d < out.size(); ++d) ok = shapes[i][d] == shapes[0][d];
+    for (std::size_t d = 0; ok && d < out.size(); ++d)
+      ok = d == axis || shapes[i][d] == shapes[0][d];
     if (!ok) {
       merge_mismatch(*this, "inputs must agree in every dimension but the channel axis", shapes,
                      names, i);
     }
-    channels_.push_back(shapes[i][0]);
-    if (i > 0) out[0] += shapes[i][0];
+    channels_.push_back(shapes[i][axis]);
+    if (i > 0) out[axis] += shapes[i][axis];
   }
   return out;
 }
@@ -82,11 +85,24 @@ Tensor Concatenate::forward_inputs(const std::vector<Tensor>& xs, ForwardContext
   MIRROR_CHECK(xs.size() == channels_.size(), InvalidArgument,
                name() + " (concatenate): expected " + std::to_string(channels_.size()) +
                    " inputs, got " + std::to_string(xs.size()));
-  return ops::concat_channels(xs);
+  if (!sequences_) return ops::concat_channels(xs);
+  std::vector<Tensor> rows;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    rows.push_back(xs[i].reshape({xs[i].dim(0) * xs[i].dim(1), channels_[i]}));
+  }
+  steps_ = {xs[0].dim(0), xs[0].dim(1)};
+  const Tensor y = ops::concat_channels(rows);
+  return y.reshape({steps_[0], steps_[1], y.dim(1)});
 }
 
 std::vector<Tensor> Concatenate::backward_inputs(const Tensor& dy) {
-  return ops::split_channels(dy, channels_);
+  if (!sequences_) return ops::split_channels(dy, channels_);
+  std::vector<Tensor> parts =
+      ops::split_channels(dy.reshape({steps_[0] * steps_[1], dy.dim(2)}), channels_);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    parts[i] = parts[i].reshape({steps_[0], steps_[1], channels_[i]});
+  }
+  return parts;
 }
 
 // ---------------------------------------------------------------- GlobalAveragePooling2D

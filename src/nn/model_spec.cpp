@@ -126,6 +126,9 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
                               "only an InputLayer has no inbound node");
       }
       if (graph_inputs.empty()) graph_inputs = json();
+      const json mask = detail::keras_mask_argument(entry["inbound_nodes"]);
+      if (!mask.is_null() && graph_name.is_string())
+        passed_masks.emplace_back(graph_name.get<std::string>(), mask, index);
     }
   } else {
     if (config.contains("name")) graph_name = config["name"];
@@ -168,7 +171,13 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
        &ModelSpecParser::global_average_pooling2d},
       {{"average_pooling2d", "averagepooling2d", "avgpool2d"}, &ModelSpecParser::average_pooling2d},
       {{"zero_padding2d", "zeropadding2d"}, &ModelSpecParser::zero_padding2d},
+      {{"rescaling"}, &ModelSpecParser::rescaling},
+      {{"normalization"}, &ModelSpecParser::normalization},
+      {{"resizing"}, &ModelSpecParser::resizing},
+      {{"center_crop", "centercrop"}, &ModelSpecParser::center_crop},
   };
+  detail::publish_layer_table(table);  // Note [Keras layer coverage]
+  if (keras && mask_node(entry, t, graph_name, graph_inputs, index)) return;
   if (t == "input" || t == "inputlayer") {
     input(f, index);
     input_names.push_back(graph_name.is_string() ? graph_name.get<std::string>() : "input");
@@ -205,7 +214,9 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
   std::string supported = "input (InputLayer)";
   for (const auto& [names, handler] : table) supported += ", " + names.front();
   throw InvalidArgument(where(index, type) + ": unknown layer type; supported: " + supported +
-                        " (Keras class names too, e.g. Conv2D, MaxPooling2D)");
+                        " (Keras class names too, e.g. Conv2D, MaxPooling2D); docs/model-spec.md's "
+                        "Keras layer coverage says for every Keras layer what Mirror reads and "
+                        "why it refuses the others");
 }
 
 /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
@@ -269,6 +280,7 @@ void ModelSpecParser::layers(const json& list) {
   for (std::size_t i = 0; i < list.size(); ++i) layer(list[i], i);
   if (spec.layers_.empty()) throw InvalidArgument(source + ": the spec has no layers");
   detail::resolve_graph(spec.layers_, spec.origin_, input_names, output_name, source);
+  if (spec.keras_masks_) check_masks();
   fold_softmax();
   // Only the last Dense may leave its units to the data.
   std::ptrdiff_t last_dense = -1;
@@ -322,6 +334,7 @@ void ModelSpecParser::keras_model(const json& j) {
     }
   }
   if (functional) functional_io(config);
+  spec.keras_masks_ = true;  // Note [Sequence masks]: a Keras model means what Keras computes
   if (config.contains("name") && config["name"].is_string()) {
     spec.name_ = config["name"].get<std::string>();
   }
@@ -363,12 +376,13 @@ void ModelSpecParser::functional_io(const json& config) {
 /// {"name": ..., "input_shape": [...], "layers": [...]} (Mirror; to_json() writes this).
 void ModelSpecParser::mirror_model(const json& j) {
   for (const auto& item : j.items()) {
-    static const std::set<std::string> known = {"name", "description", "input_shape", "layers",
-                                                "softmax_folded"};
+    static const std::set<std::string> known = {"name",   "description",    "input_shape",
+                                                "layers", "softmax_folded", "sigmoid_folded",
+                                                "masks"};
     if (!known.count(item.key())) {
       throw InvalidArgument(source + ", field '" + item.key() +
                             "': unknown field; known: name, description, input_shape, layers, "
-                            "softmax_folded");
+                            "masks, softmax_folded, sigmoid_folded");
     }
   }
   if (j.contains("name")) {
@@ -392,6 +406,23 @@ void ModelSpecParser::mirror_model(const json& j) {
                             j["softmax_folded"].dump());
     }
     spec.softmax_folded_ = j["softmax_folded"].get<bool>();
+  }
+  if (j.contains("masks")) {  // Note [Sequence masks]
+    if (j["masks"] != "data" && j["masks"] != "keras") {
+      throw InvalidArgument(source +
+                            ", field 'masks': expected \"data\" (Mirror's: every sequence "
+                            "layer knows the data's lengths) or \"keras\" (padding masked where "
+                            "Keras masks it), got " +
+                            j["masks"].dump());
+    }
+    spec.keras_masks_ = j["masks"] == "keras";
+  }
+  if (j.contains("sigmoid_folded")) {  // Note [Folded sigmoid]
+    if (!j["sigmoid_folded"].is_boolean()) {
+      throw InvalidArgument(source + ", field 'sigmoid_folded': expected true or false, got " +
+                            j["sigmoid_folded"].dump());
+    }
+    spec.sigmoid_folded_ = j["sigmoid_folded"].get<bool>();
   }
   layers(j["layers"]);
 }
@@ -526,7 +557,9 @@ json ModelSpec::to_json() const {
     j["input_shape"] = shape;
   }
   j["layers"] = layers_;
+  if (keras_masks_) j["masks"] = "keras";           // Note [Sequence masks]
   if (softmax_folded_) j["softmax_folded"] = true;  // Note [Folded softmax]
+  if (sigmoid_folded_) j["sigmoid_folded"] = true;  // Note [Folded sigmoid]
   return j;
 }
 

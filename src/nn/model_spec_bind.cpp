@@ -28,14 +28,18 @@ struct Walk {
 Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& inputs,
                   const std::vector<Shape>& shapes) {
   Shape out = shapes[0];
-  if (type == "concatenate" && out.size() != 1 && out.size() != 3) {
-    w.fail("joins images [C, H, W] or features [F] along the channel axis, got input '" +
-           inputs[0].get<std::string>() + "' " + shape_str(out));
+  if (type == "concatenate" && (out.empty() || out.size() > 3)) {
+    w.fail(
+        "joins images [C, H, W], features [F] or sequences [T, F] along the channel axis, got "
+        "input '" +
+        inputs[0].get<std::string>() + "' " + shape_str(out));
   }
+  // The channel axis: C of [C, H, W], F of [F] and [T, F].
+  const std::size_t axis = type == "concatenate" && out.size() == 2 ? 1 : 0;
   for (std::size_t i = 1; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size() && !out.empty();
-    for (std::size_t d = type == "add" ? 0 : 1; ok && d < out.size(); ++d) {
-      ok = shapes[i][d] == shapes[0][d];
+    for (std::size_t d = 0; ok && d < out.size(); ++d) {
+      ok = (type == "concatenate" && d == axis) || shapes[i][d] == shapes[0][d];
     }
     if (!ok) {
       w.fail(std::string(type == "add" ? "inputs must have one shape"
@@ -45,7 +49,7 @@ Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& 
              " and input '" + inputs[i].get<std::string>() + "' is " + shape_str(shapes[i]) +
              " (per sample, NCHW)");
     }
-    if (type == "concatenate") out[0] += shapes[i][0];
+    if (type == "concatenate") out[axis] += shapes[i][axis];
   }
   return out;
 }
@@ -103,6 +107,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
     }
   }
   std::map<std::string, Shape> shapes = {{"input", s}};  // a graph's outputs by name
+  std::map<std::string, bool> id_tensors = {{"input", ids}};  // ... and whether they are ids
   for (std::size_t i = 0; i < out.layers_.size(); ++i) {
     json& l = out.layers_[i];
     const std::string type = l["type"].get<std::string>();
@@ -118,7 +123,9 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                            " (use add or concatenate to merge)");
       }
       s = merge ? merge_shape(w, type, l["inputs"], ins) : ins[0];
+      ids = id_tensors.at(l["inputs"][0].get<std::string>());
       shapes[l["name"].get<std::string>()] = s;
+      id_tensors[l["name"].get<std::string>()] = ids;
       if (merge) continue;
     } else if (merge) {
       w.fail(
@@ -183,14 +190,35 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                shape_str(s) + " with valid padding");
       }
       s = {conv ? l["filters"].get<std::int64_t>() : s[0], oh, ow};
+    } else if (type == "rescaling" || type == "normalization") {
+      if (s.empty() || s.size() > 3) {
+        w.fail("expects features [F], sequences [T, F] or images [C, H, W], got " + shape_str(s));
+      }
+      const std::int64_t channels = s.size() == 3 ? s[0] : s.back();  // Keras's last axis
+      for (const char* key : {"scale", "offset", "mean", "variance"}) {
+        if (!l.contains(key) || !l[key].is_array()) continue;
+        const auto n = static_cast<std::int64_t>(l[key].size());
+        if (n != 1 && n != channels) {
+          w.fail(std::string("field '") + key + "': " + std::to_string(n) + " values for " +
+                 std::to_string(channels) + " channels (the input " + shape_str(s) +
+                 "); give one value or one per channel");
+        }
+      }
+    } else if (type == "resizing" || type == "center_crop") {
+      w.expect_rank(s, 3, "an image [C, H, W] (NCHW)",
+                    s.size() == 2 ? " (a [H, W] sample needs a channel axis: [1, H, W])" : "");
+      s = {s[0], l["height"].get<std::int64_t>(), l["width"].get<std::int64_t>()};
     } else if (type == "flatten") {
       s = {shape_numel(s)};
     } else if (type == "dense") {
-      w.expect_rank(
-          s, 1, "a flat input [features]",
-          s.size() > 1 ? " (add a flatten or a global pooling before it, or end a gru/lstm without "
-                         "return_sequences)"
-                       : "");
+      // Keras applies a Dense to the last axis: each step of a sequence [T, F]. An image's last
+      // axis is its channels in Keras but its width in Mirror's NCHW, so images are refused.
+      if (s.size() != 1 && s.size() != 2) {
+        w.fail("expects features [F] or sequences [T, F] (each step), got " + shape_str(s) +
+               (s.size() == 3 ? " (an image, NCHW): add a flatten or a global pooling before it; "
+                                "a Dense over an image's channels is a 1x1 conv2d"
+                              : ""));
+      }
       if (!l.contains("units")) {
         if (data.outputs < 1) {
           w.fail("field 'units': not stated and the data gives no output count");
@@ -201,7 +229,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
         w.fail("field 'units': the spec states " + l["units"].dump() + " but the data has " +
                std::to_string(data.outputs) + " outputs (classes or target elements)");
       }
-      s = {l["units"].get<std::int64_t>()};
+      s.back() = l["units"].get<std::int64_t>();
     } else if (type == "gru" || type == "lstm" || type == "bidirectional") {
       w.expect_rank(s, 2, "sequences [T, F]", "");
       const json& rnn = type == "bidirectional" ? l["layer"] : l;
@@ -226,7 +254,10 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       w.expect_rank(s, 2, "sequences [T, C]", "");
       s = {s[1]};
     }
-    if (l.contains("name")) shapes[l["name"].get<std::string>()] = s;
+    if (l.contains("name")) {
+      shapes[l["name"].get<std::string>()] = s;
+      id_tensors[l["name"].get<std::string>()] = ids;
+    }
     // dropout, activation: the shape passes through.
   }
   if (ids) {
@@ -236,7 +267,11 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
   }
   MIRROR_CHECK(data.outputs < 1 || s == Shape{data.outputs}, InvalidArgument,
                model + ": the model outputs " + shape_str(s) + " per sample but the data needs [" +
-                   std::to_string(data.outputs) + "] (classes or target elements)");
+                   std::to_string(data.outputs) + "] (classes or target elements)" +
+                   (s.size() == 2 ? "; Mirror's losses take one output vector per sample, not one "
+                                    "per step: end with a global pooling or a recurrent layer "
+                                    "without return_sequences before the last dense"
+                                  : ""));
   out.bound_ = true;
   return out;
 }

@@ -59,7 +59,11 @@ json keras_inbound_names(const json& nodes, const std::string& where) {
   }
   const json& node = nodes[0];
   if (node.is_object()) {
-    collect_history(node, names, where);  // Keras 3: {"args": [...], "kwargs": {...}}
+    // Keras 3: {"args": [...], "kwargs": {...}}; a mask passed in kwargs is no input (Note
+    // [Keras mask nodes], model_spec_masks.cpp).
+    json inputs = node;
+    if (inputs.contains("kwargs") && inputs["kwargs"].is_object()) inputs["kwargs"].erase("mask");
+    collect_history(inputs, names, where);
   } else if (node.is_array()) {
     for (const json& t : node) {  // Keras 2: [["conv2d", 0, 0, {}], ...]
       if (t.is_array() && !t.empty() && t[0].is_string()) {
@@ -73,6 +77,16 @@ json keras_inbound_names(const json& nodes, const std::string& where) {
         where + ", field 'inbound_nodes': names no input tensor: " + node.dump().substr(0, 200));
   }
   return names;
+}
+
+json keras_mask_argument(const json& nodes) {
+  if (!nodes.is_array() || nodes.size() != 1 || !nodes[0].is_object()) return json();
+  const json& kwargs = nodes[0].value("kwargs", json::object());
+  if (!kwargs.is_object() || !kwargs.contains("mask")) return json();
+  json names = json::array();
+  collect_history(kwargs["mask"], names, "the mask argument of a Keras layer");
+  if (names.empty()) return "";  // mask: null
+  return names.size() == 1 ? names[0] : names;
 }
 
 void resolve_graph(json& layers, std::vector<std::size_t>& origin,

@@ -17,6 +17,9 @@ const std::vector<std::pair<std::string, std::string>>& embedded_model_specs();
 /// The producing layers' names of a Keras layer's "inbound_nodes" (Keras 3 keras_history or
 /// Keras 2 lists); empty for an InputLayer. `where` prefixes errors.
 nlohmann::json keras_inbound_names(const nlohmann::json& inbound_nodes, const std::string& where);
+/// The mask a Keras 3 call is given (kwargs "mask", Note [Keras mask nodes]): the producing
+/// node's name, "" for an explicit null, null when the call records no mask, or a list of names.
+nlohmann::json keras_mask_argument(const nlohmann::json& inbound_nodes);
 /// Note [Spec graph]: a spec is a graph when any layer has "inputs" (names of layers or of the
 /// model input). Then every layer gets a "name" (default "layer_<index>") and "inputs" (default:
 /// the layer listed before it), names are checked (unique, no dangling reference), the layers
@@ -26,5 +29,29 @@ nlohmann::json keras_inbound_names(const nlohmann::json& inbound_nodes, const st
 void resolve_graph(nlohmann::json& layers, std::vector<std::size_t>& origin,
                    const std::vector<std::string>& input_names, const std::string& output_name,
                    const std::string& source);
+
+/// Note [Keras layer coverage] (model_spec_coverage.cpp): the parser's table of layer names (each
+/// entry's names, the canonical type first), published by ModelSpecParser::layer.
+void set_layer_names(std::vector<std::vector<std::string>> names);
+template <class Table>
+void publish_layer_table(const Table& table) {
+  static const bool done = [&] {
+    std::vector<std::vector<std::string>> names;
+    for (const auto& entry : table) names.push_back(entry.first);
+    set_layer_names(std::move(names));
+    return true;
+  }();
+  (void)done;
+}
+std::vector<std::vector<std::string>> parser_layer_names();
+/// One row of the coverage table: a Keras class, the canonical type that reads it ("" when
+/// refused), supported | partly | refused, and what is missing or why it is refused.
+struct LayerCoverage {
+  std::string keras_class, type, status, note;
+};
+std::vector<LayerCoverage> keras_layer_coverage(const std::vector<std::string>& classes);
+/// The table as docs/model-spec.md shows it.
+std::string keras_layer_coverage_markdown(const std::vector<std::string>& classes,
+                                          const std::string& keras_version);
 
 }  // namespace mirror::nn::detail

@@ -164,8 +164,9 @@ std::vector<json> ModelSpecParser::recurrent(Fields& f, const std::string& kind,
   no_regularizers(
       f, {"kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
           "kernel_constraint", "recurrent_constraint", "bias_constraint"});
-  f.finish(
-      {"batch_input_shape", "input_shape", "unroll", "implementation", "zero_output_for_mask"});
+  // Note [Carried outputs]: Keras's default false repeats the last output past a masked length.
+  if (!f.boolean("zero_output_for_mask", "", true) && seq) j["zero_output_for_mask"] = false;
+  f.finish({"batch_input_shape", "input_shape", "unroll", "implementation"});
   return {j};
 }
 
@@ -193,7 +194,8 @@ std::vector<json> ModelSpecParser::bidirectional(Fields& f, bool) {
   std::string field;
   const json* layer = f.take("layer", "", &field);
   if (layer == nullptr) f.fail("layer", "required (the GRU or LSTM to run both ways)");
-  const json inner = wrapped_recurrent(f, "layer", *layer, false);
+  json inner = wrapped_recurrent(f, "layer", *layer, false);
+  inner.erase("zero_output_for_mask");  // Keras's Bidirectional sets it true (zeros)
   if (f.is_null("merge_mode")) {
     f.fail("merge_mode",
            "null (the two directions as separate outputs) needs a multi-output model; use "
@@ -207,7 +209,8 @@ std::vector<json> ModelSpecParser::bidirectional(Fields& f, bool) {
   }
   // Keras 3 writes the backward layer out in full: it must be the forward one read backwards.
   if (const json* back = f.take("backward_layer", "", &field)) {
-    const json backward = wrapped_recurrent(f, "backward_layer", *back, true);
+    json backward = wrapped_recurrent(f, "backward_layer", *back, true);
+    backward.erase("zero_output_for_mask");
     if (backward != inner) {
       f.fail("backward_layer",
              "Mirror's backward direction is a copy of 'layer' (go_backwards aside), but it "

@@ -5,7 +5,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mirror/nn/models.h"
@@ -25,6 +28,26 @@ struct ModelSpecParser {
   std::vector<std::string> input_names;  // of InputLayers (a graph's model input)
   std::string output_name;               // a Keras functional model's output layer
   std::string input_layer_name;          // and its input layer (config.input_layers)
+
+  // ---- Keras 3's mask computations (model_spec_masks.cpp, Note [Keras mask nodes])
+  struct MaskNode {
+    std::string op;                   // lower-case class: notequal, any, logicalor, ...
+    std::vector<std::string> inputs;  // the nodes or layers it reads
+    nlohmann::json value;             // NotEqual's constant
+    std::string where;                // for messages
+  };
+  std::map<std::string, MaskNode> mask_nodes;  // by name
+  /// (the reading layer's name, keras_mask_argument of its call, its index in the file)
+  std::vector<std::tuple<std::string, nlohmann::json, std::size_t>> passed_masks;
+  /// Records `entry` when it is one of the ops Keras 3 writes to compute a mask; true then (the
+  /// entry builds no layer).
+  bool mask_node(const nlohmann::json& entry, const std::string& type, const nlohmann::json& name,
+                 const nlohmann::json& inputs, std::size_t index);
+  /// The tensors whose trailing padding a mask node masks (a union: Keras 3 ORs merged masks).
+  std::set<std::string> mask_sources(const std::string& node, int depth) const;
+  /// After resolve_graph, for Keras's masks: every mask a call is given must be the one Mirror
+  /// computes for its input, and no BatchNormalization may read a masked sequence.
+  void check_masks();
 
   // ---- reading a model (model_spec.cpp)
   std::string where(std::size_t index, const std::string& type) const;
@@ -103,6 +126,12 @@ struct ModelSpecParser {
   std::vector<json> average_pooling2d(Fields& f, bool keras);
   /// padding: n, [rows, columns] or [[top, bottom], [left, right]] (Keras's three forms).
   std::vector<json> zero_padding2d(Fields& f, bool keras);
+  // preprocessing layers (model_spec_preprocessing.cpp, nn/preprocessing.h)
+  std::vector<json> rescaling(Fields& f, bool keras);
+  std::vector<json> normalization(Fields& f, bool keras);
+  std::pair<std::int64_t, std::int64_t> target_size(Fields& f);
+  std::vector<json> resizing(Fields& f, bool keras);
+  std::vector<json> center_crop(Fields& f, bool keras);
 };
 
 }  // namespace mirror::nn

@@ -8,6 +8,7 @@
 #include "mirror/nn/cnn_layers.h"
 #include "mirror/nn/conv1d.h"
 #include "mirror/nn/layers.h"
+#include "mirror/nn/preprocessing.h"
 #include "mirror/nn/recurrent.h"
 
 namespace mirror::nn {
@@ -47,8 +48,39 @@ std::unique_ptr<Layer> make_graph_layer(const json& l) {
   return nullptr;
 }
 
-/// One canonical layer (already validated by the parser and bind) as a Layer.
-std::unique_ptr<Layer> make_layer(const json& l) {
+std::vector<double> doubles(const json& v) {
+  std::vector<double> out;
+  for (const json& x : v.is_array() ? v : json::array({v})) out.push_back(x.get<double>());
+  return out;
+}
+
+/// The preprocessing layers (preprocessing.h); null for other types.
+std::unique_ptr<Layer> make_preprocessing_layer(const json& l) {
+  const std::string type = l["type"].get<std::string>();
+  if (type == "rescaling")
+    return std::make_unique<Rescaling>(doubles(l["scale"]), doubles(l["offset"]));
+  if (type == "normalization") {
+    // Note [Unstated normalization] (train_data.cpp): the trainer refuses it before this.
+    MIRROR_CHECK(l.contains("mean"), InvalidArgument,
+                 "make_model: a normalization layer needs its mean and variance, got " + l.dump());
+    return std::make_unique<Normalization>(doubles(l["mean"]), doubles(l["variance"]),
+                                           l["invert"].get<bool>());
+  }
+  if (type == "resizing") {
+    return std::make_unique<Resizing>(as_int(l["height"]), as_int(l["width"]),
+                                      l["interpolation"] == "nearest"
+                                          ? Resizing::Interpolation::kNearest
+                                          : Resizing::Interpolation::kBilinear,
+                                      l["crop_to_aspect_ratio"].get<bool>());
+  }
+  if (type == "center_crop")
+    return std::make_unique<CenterCrop>(as_int(l["height"]), as_int(l["width"]));
+  return nullptr;
+}
+
+/// One canonical layer (already validated by the parser and bind) as a Layer; `keras`: the
+/// model has Keras's masks (Note [Sequence masks]), whose embeddings have no padding row.
+std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
   const std::string type = l["type"].get<std::string>();
   if (type == "conv2d") {
     return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
@@ -57,6 +89,7 @@ std::unique_ptr<Layer> make_layer(const json& l) {
                                     l.value("use_bias", true));
   }
   if (auto layer = make_graph_layer(l)) return layer;
+  if (auto layer = make_preprocessing_layer(l)) return layer;
   if (type == "maxpool2d") {
     return std::make_unique<MaxPool2D>(as_int(l["pool"][0]), as_int(l["strides"][0]),
                                        as_padding(l["padding"]));
@@ -67,16 +100,22 @@ std::unique_ptr<Layer> make_layer(const json& l) {
   }
   if (type == "dropout") return std::make_unique<Dropout>(l["rate"].get<double>());
   if (type == "embedding") {
-    return std::make_unique<Embedding>(l["input_dim"].get<std::int64_t>(), as_int(l["output_dim"]));
+    return std::make_unique<Embedding>(l["input_dim"].get<std::int64_t>(), as_int(l["output_dim"]),
+                                       !keras);
   }
   if (type == "masking") return std::make_unique<Masking>();
-  if (type == "gru") return std::make_unique<GRU>(as_int(l["units"]), l["return_sequences"]);
-  if (type == "lstm") {
-    return std::make_unique<LSTM>(as_int(l["units"]), l["return_sequences"],
-                                  l.value("unit_forget_bias", true));
+  if (type == "gru" || type == "lstm") {
+    std::unique_ptr<Recurrent> rnn;
+    if (type == "gru") rnn = std::make_unique<GRU>(as_int(l["units"]), l["return_sequences"]);
+    if (type == "lstm") {
+      rnn = std::make_unique<LSTM>(as_int(l["units"]), l["return_sequences"],
+                                   l.value("unit_forget_bias", true));
+    }
+    rnn->set_zero_output_for_mask(l.value("zero_output_for_mask", true));  // Note [Carried outputs]
+    return rnn;
   }
   if (type == "bidirectional") {
-    auto inner = make_layer(l["layer"]);
+    auto inner = make_layer(l["layer"], keras);
     auto* rnn = dynamic_cast<Recurrent*>(inner.get());
     MIRROR_CHECK(rnn != nullptr, InvalidArgument,
                  "make_model: a bidirectional wraps gru or lstm, got " + l["layer"].dump());
@@ -121,14 +160,15 @@ Sequential make_model(const ModelSpec& bound, DType dtype, Device device, std::u
   std::map<std::string, int> index = {{"input", Sequential::kModelInput}};
   for (const json& l : bound.layers()) {
     if (!l.contains("inputs")) {
-      m.add(make_layer(l));
+      m.add(make_layer(l, bound.keras_masks()));
       continue;
     }
     std::vector<int> inputs;
     for (const json& name : l["inputs"]) inputs.push_back(index.at(name.get<std::string>()));
-    m.add(make_layer(l), std::move(inputs));
+    m.add(make_layer(l, bound.keras_masks()), std::move(inputs));
     index[l["name"].get<std::string>()] = static_cast<int>(m.layers().size()) - 1;
   }
+  m.set_keras_masks(bound.keras_masks());
   m.build(bound.input_shape(), seed, dtype, device);
   return m;
 }

@@ -99,7 +99,7 @@ Tensor GRU::forward(const Tensor& x, ForwardContext& ctx) {
   const ConstantOperands constant(  // Note [Cast once per step]
       {kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   ops::GruForwardResult fwd = ops::gru_forward(x, lengths, weights(), ctx.training);
-  Tensor out = return_sequences_ ? fwd.y : fwd.h_last;
+  Tensor out = return_sequences_ ? carry_outputs(fwd.y, lengths, ctx) : fwd.h_last;
   if (ctx.training) {
     x_ = x;
     lengths_ = std::move(lengths);
@@ -116,7 +116,8 @@ Tensor GRU::backward(const Tensor& dy) {
   ops::GruWeights dw{kernel_.grad, recurrent_kernel_.grad, bias_.grad, recurrent_bias_.grad};
   const Tensor none;
   const ConstantOperands constant({kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
-  Tensor dx = ops::gru_backward(x_, lengths_, weights(), fwd_, return_sequences_ ? dy : none,
+  Tensor dx = ops::gru_backward(x_, lengths_, weights(), fwd_,
+                                return_sequences_ ? carried_gradient(dy) : none,
                                 return_sequences_ ? none : dy, dw, input_grad_needed());
   // The saved activations are not needed again; release them to the allocator's cache.
   x_ = Tensor();
@@ -164,7 +165,7 @@ Tensor LSTM::forward(const Tensor& x, ForwardContext& ctx) {
   const ConstantOperands constant(  // Note [Cast once per step]
       {kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
   ops::LstmForwardResult fwd = ops::lstm_forward(x, lengths, weights(), ctx.training);
-  Tensor out = return_sequences_ ? fwd.y : fwd.h_last;
+  Tensor out = return_sequences_ ? carry_outputs(fwd.y, lengths, ctx) : fwd.h_last;
   if (ctx.training) {
     x_ = x;
     lengths_ = std::move(lengths);
@@ -181,7 +182,8 @@ Tensor LSTM::backward(const Tensor& dy) {
   ops::LstmWeights dw{kernel_.grad, recurrent_kernel_.grad, bias_.grad, recurrent_bias_.grad};
   const Tensor none;
   const ConstantOperands constant({kernel_.value.raw_data(), recurrent_kernel_.value.raw_data()});
-  Tensor dx = ops::lstm_backward(x_, lengths_, weights(), fwd_, return_sequences_ ? dy : none,
+  Tensor dx = ops::lstm_backward(x_, lengths_, weights(), fwd_,
+                                 return_sequences_ ? carried_gradient(dy) : none,
                                  return_sequences_ ? none : dy, dw, input_grad_needed());
   x_ = Tensor();
   fwd_ = ops::LstmForwardResult();

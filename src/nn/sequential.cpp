@@ -2,6 +2,7 @@
 // summary, config; MergeLayer's single-input entry points.
 #include "mirror/nn/sequential.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -123,20 +124,42 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
   const std::size_t n = layers_.size();
   outputs_.assign(n, Tensor{});
   if (times_) prepare_times();
+  lengths_.assign(n, {});
+  // Note [Sequence masks]: the batch's lengths are the model input's, in Mirror's semantics only.
+  const std::vector<std::int32_t> input_lengths =
+      keras_masks_ ? std::vector<std::int32_t>{} : std::move(ctx.lengths);
+  ctx.keras_masks = keras_masks_;
   std::vector<Tensor> xs;
   for (std::size_t i = 0; i < n; ++i) {
     xs.clear();
+    ctx.lengths.clear();
+    bool unmasked_input = false;
     for (int in : inputs_[i]) {
-      xs.push_back(in == kModelInput ? x : outputs_[static_cast<std::size_t>(in)]);
+      const auto k = static_cast<std::size_t>(in);
+      xs.push_back(in == kModelInput ? x : outputs_[k]);
+      // A merge's step is valid where it is valid in any input (Keras 3 ORs the masks): the
+      // longest length; an input without lengths makes every step valid.
+      const std::vector<std::int32_t>& l = in == kModelInput ? input_lengths : lengths_[k];
+      unmasked_input = unmasked_input || l.empty();
+      if (ctx.lengths.empty()) {
+        ctx.lengths = l;
+      } else if (l.size() == ctx.lengths.size()) {
+        for (std::size_t s = 0; s < l.size(); ++s) ctx.lengths[s] = std::max(ctx.lengths[s], l[s]);
+      }
     }
+    if (unmasked_input) ctx.lengths.clear();
     auto* merge = dynamic_cast<MergeLayer*>(layers_[i].get());
     const auto start = std::chrono::steady_clock::now();
     outputs_[i] = merge ? merge->forward_inputs(xs, ctx) : layers_[i]->forward(xs[0], ctx);
     if (times_) times_->forward_ms[i] += ms_since(start);
+    // A sequence turned into something without a time axis has no lengths any more.
+    if (outputs_[i].rank() < 3 && xs[0].rank() >= 3) ctx.lengths.clear();
+    lengths_[i] = ctx.lengths;
     // An output no later layer reads is dropped now (the layers keep what backward needs).
     for (int in : inputs_[i]) {
       if (in != kModelInput && last_reader_[static_cast<std::size_t>(in)] == static_cast<int>(i)) {
         outputs_[static_cast<std::size_t>(in)] = Tensor{};
+        lengths_[static_cast<std::size_t>(in)].clear();
       }
     }
   }

@@ -55,8 +55,8 @@ void validate_data_files(const TrainConfig& c) {
   require(c.num_classes >= 0, "--num-classes must be >= 0 (0: from the labels)");
   require(c.num_classes == 0 || train_kinds == 1,
           "--num-classes applies to data files (--train-x, --train-csv, --train-tokens)");
-  require(c.input_shape.empty() || !c.train_x.empty(),
-          "--input-shape applies to array files (--train-x/--train-y)");
+  require(c.input_shape.empty() || !c.train_x.empty() || !c.own_data(),
+          "--input-shape applies to array files (--train-x/--train-y) and the built-in images");
   require(c.label_column.empty() || !c.train_csv.empty(),
           "--label-column applies to CSV files (--train-csv)");
   c.parsed_input_shape();  // throws for bad text

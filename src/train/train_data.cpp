@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "mirror/data/fashion_mnist.h"
@@ -12,6 +13,7 @@
 #include "mirror/data/words.h"
 #include "mirror/json_input.h"
 #include "mirror/train/keras_weights.h"
+#include "train/dataset_views.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::train {
@@ -93,17 +95,13 @@ void mix_dataset(Fnv& f, const data::Dataset& ds) {
   }
 }
 
-/// The built-in data of a built-in model, by the name's suffix: `*-words` train on the word
-/// lists, `*-rows` on the images read as 28 rows of 28 pixels (gru-rows, lstm-rows), the others
-/// on the images.
 bool name_ends_with(const std::string& name, const std::string& suffix) {
   return name.size() >= suffix.size() &&
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-DataSplits image_data(const TrainConfig& c) {
+DataSplits image_data(const TrainConfig& c, data::Layout layout) {
   DataSplits d;
-  const auto layout = name_ends_with(c.model, "-rows") ? data::Layout::kRows : data::Layout::kNCHW;
   if (c.data == "synthetic") {
     const std::int64_t n = c.train_limit > 0 ? c.train_limit : 2048;
     const std::int64_t m = c.test_limit > 0 ? c.test_limit : 512;
@@ -140,10 +138,91 @@ DataSplits word_data(const TrainConfig& c) {
   return d;
 }
 
-/// Without data files: the built-in data --model names (the CNN's images also serve a
-/// --model-spec given without data files).
-DataSplits builtin_data(const TrainConfig& c) {
-  return name_ends_with(c.model, "-words") ? word_data(c) : image_data(c);
+/// The model the config names: a built-in, the spec file, or the in-memory spec standing for it
+/// (Note [In-memory sources], trainer.h).
+nn::ModelSpec load_spec(const TrainConfig& c, const Sources& s) {
+  return c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
+         : s.model_spec       ? nn::ModelSpec::from_json(*s.model_spec, c.model_spec)
+                              : nn::ModelSpec::from_file(c.model_spec);
+}
+
+/// Whether `stated` (open dimensions -1) admits `shape`.
+bool admits(const Shape& stated, const Shape& shape) {
+  if (stated.size() != shape.size()) return false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (stated[i] >= 0 && stated[i] != shape[i]) return false;
+  }
+  return true;
+}
+
+/// The first layer of a spec that decides what its input is (preprocessing, dropout, masking
+/// and activations pass any input on).
+std::string first_shaping_layer(const nn::ModelSpec& spec) {
+  static const std::set<std::string> neutral = {"masking",   "dropout",       "activation",
+                                                "rescaling", "normalization", "input"};
+  for (const auto& l : spec.layers()) {
+    const std::string type = l["type"].get<std::string>();
+    if (!neutral.count(type)) return type;
+  }
+  return "";
+}
+
+/// Note [Built-in data follow the model]: without data files, a --model-spec trains on the
+/// built-in data in the form its input takes: the word lists for a model that starts with an
+/// embedding, Fashion-MNIST as rows for an input [28, 28], as images for [1, 28, 28] (Keras's
+/// [28, 28, 1]), and as any other shape of 784 elements ([784] for a Dense first) by reading the
+/// same pixels in that shape. An input stated nowhere is decided by the first layer: images for
+/// 2-D layers, rows for recurrent and 1-D ones, [784] for a Dense. --input-shape reads the
+/// images in that shape instead. Anything else is an error naming what would fit.
+DataSplits builtin_data_for_spec(const TrainConfig& c, const Sources& s) {
+  const nn::ModelSpec spec = load_spec(c, s);
+  const std::string first = first_shaping_layer(spec);
+  if (first == "embedding") return word_data(c);
+  const Shape image = {1, 28, 28}, rows = {28, 28};
+  Shape want = c.parsed_input_shape();
+  if (want.empty()) want = spec.input_shape();
+  if (want.empty()) {
+    static const std::set<std::string> sequence = {"gru",
+                                                   "lstm",
+                                                   "bidirectional",
+                                                   "conv1d",
+                                                   "maxpool1d",
+                                                   "avgpool1d",
+                                                   "global_maxpool1d",
+                                                   "global_avgpool1d",
+                                                   "layer_normalization"};
+    want = sequence.count(first) ? rows : first == "dense" ? Shape{784} : image;
+  }
+  if (admits(want, rows)) return image_data(c, data::Layout::kRows);
+  DataSplits d = image_data(c, data::Layout::kNCHW);
+  if (admits(want, image)) return d;
+  bool known = true;
+  for (auto v : want) known = known && v > 0;
+  MIRROR_CHECK(known && shape_numel(want) == 28 * 28, InvalidArgument,
+               "--model-spec " + c.model_spec + " reads samples " + shape_str(want) +
+                   " (NCHW; -1 = any), which the built-in data do not have: they are "
+                   "Fashion-MNIST's 28x28 images (a model input [1,28,28], Keras's [28,28,1], "
+                   "[28,28] read as 28 rows, or any other shape of 784 elements such as [784]) "
+                   "and the word lists (a model that starts with an embedding); train on your "
+                   "own data with --train-x/--train-y (docs/data-formats.md)");
+  d.train = reshaped(d.train, want);
+  d.test = reshaped(d.test, want);
+  return d;
+}
+
+/// Without data files: the built-in data --model names (by the name's suffix: `*-words` train
+/// on the word lists, `*-rows` on the images read as 28 rows of 28 pixels, the others on the
+/// images), or the data a --model-spec's input takes.
+DataSplits builtin_data(const TrainConfig& c, const Sources& s) {
+  if (!c.model_spec.empty()) return builtin_data_for_spec(c, s);
+  if (name_ends_with(c.model, "-words")) return word_data(c);
+  DataSplits d =
+      image_data(c, name_ends_with(c.model, "-rows") ? data::Layout::kRows : data::Layout::kNCHW);
+  if (!c.input_shape.empty()) {
+    d.train = reshaped(d.train, c.parsed_input_shape());
+    d.test = reshaped(d.test, c.parsed_input_shape());
+  }
+  return d;
 }
 
 nn::DataShape data_shape(const data::Dataset& d) {
@@ -156,27 +235,102 @@ nn::DataShape data_shape(const data::Dataset& d) {
   return s;
 }
 
-/// The spec bound to the training data; a mismatch names the spec, the data and both values.
-nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, const data::Dataset& train) {
-  nn::ModelSpec spec = c.model_spec.empty() ? nn::ModelSpec::builtin(c.model)
-                       : s.model_spec       ? nn::ModelSpec::from_json(*s.model_spec, c.model_spec)
-                                            : nn::ModelSpec::from_file(c.model_spec);
+/// Note [Binary heads]: a model with one output (a last Dense of 1 unit, typically with a
+/// sigmoid) on class labels is a binary classifier, as in Keras: labels 0 and 1 become one float
+/// target (binary_targets) and the loss binary cross-entropy on the logit, with accuracy at
+/// threshold 0.5. Then, and for a sigmoid head on float targets with --loss
+/// binary-cross-entropy, the final sigmoid is folded into the loss (Note [Folded sigmoid]).
+/// Returns the loss the run uses (c.loss, or binary-cross-entropy for a binary head).
+std::string binary_head(const TrainConfig& c, nn::ModelSpec& spec, DataSplits& d,
+                        const std::string& what) {
+  const data::Dataset& train = *d.train;
+  const bool classes = train.target_kind() == data::TargetKind::kClass;
+  const std::int64_t units = spec.output_units();
+  const bool one_output = units == 1 || (units == 0 && spec.ends_in_sigmoid());
+  std::string loss = c.loss;
+  if (classes && one_output) {
+    const auto kind =
+        c.loss == "auto" ? dist::LossKind::kBinaryCrossEntropy : dist::parse_loss(c.loss);
+    MIRROR_CHECK(kind != dist::LossKind::kSoftmaxCrossEntropy, InvalidArgument,
+                 what +
+                     " ends in one output (a binary classifier), which softmax cross-entropy "
+                     "cannot train: use --loss binary-cross-entropy (or auto), or end the "
+                     "model with a dense of one unit per class");
+    MIRROR_CHECK(train.num_classes() <= 2, InvalidArgument,
+                 what +
+                     " ends in one output (a binary classifier: labels 0 and 1), but the "
+                     "labels of " +
+                     train.describe() + " make " + std::to_string(train.num_classes()) +
+                     " classes: end the model with a dense of " +
+                     std::to_string(train.num_classes()) +
+                     " units (linear or softmax) for softmax cross-entropy");
+    d.train = binary_targets(d.train);
+    if (d.test) d.test = binary_targets(d.test);
+    if (c.loss == "auto") loss = "binary-cross-entropy";
+  } else if (classes && spec.ends_in_sigmoid()) {
+    throw InvalidArgument(what + " ends in a sigmoid of " + std::to_string(units) +
+                          " outputs, but the data has class labels (" +
+                          std::to_string(train.num_classes()) +
+                          " classes): a sigmoid head reads labels 0/1 with one output (Dense(1, "
+                          "sigmoid)); for several classes end with softmax or linear");
+  }
+  const bool bce = loss != "auto" && dist::parse_loss(loss) == dist::LossKind::kBinaryCrossEntropy;
+  if (bce && spec.ends_in_sigmoid()) spec = spec.with_sigmoid_folded();
+  return loss;
+}
+
+/// Note [Unstated normalization]: Keras keeps the mean and variance that Normalization.adapt()
+/// computed as weights, which to_json() does not write (its config says "mean": null). The
+/// canonical spec then has no values, and the model cannot run: refused here, naming the layer
+/// and where its values can come from.
+void check_normalization_values(const nn::ModelSpec& spec, const std::string& what) {
+  int k = 0;
+  for (const auto& l : spec.layers()) {
+    if (l["type"] != "normalization") continue;
+    ++k;
+    MIRROR_CHECK(l.contains("mean"), InvalidArgument,
+                 what + ": normalization layer " + std::to_string(k) +
+                     (l.contains("name") ? " ('" + l["name"].get<std::string>() + "')" : "") +
+                     " states no mean and variance: Keras keeps the values adapt() computed as "
+                     "weights, which to_json() does not write. State them in the layer "
+                     "(Normalization(mean=..., variance=...), or \"mean\"/\"variance\" in its "
+                     "config: print(layer.mean, layer.variance) after adapt()); this build cannot "
+                     "read them from Keras weights (model.weights.h5)");
+  }
+}
+
+/// The spec bound to the training data (which it may view anew: binary labels), and the loss the
+/// run uses; a mismatch names the spec, the data and both values.
+nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d,
+                           std::string& loss) {
+  nn::ModelSpec spec = load_spec(c, s);
   if (c.sync_batchnorm) spec = spec.with_synchronized_batchnorm();
-  const bool cross_entropy = c.loss == "auto"
+  const std::string what = c.model_spec.empty() ? "--model " + c.model
+                           : s.model_spec       ? c.model_spec
+                                                : "--model-spec " + c.model_spec;
+  loss = binary_head(c, spec, d, what);
+  check_normalization_values(spec, what);
+  // Note [Sequence masks]: a Keras model that states its input length sees every sequence padded
+  // to it, as Keras does (pad_sequences), whatever the batch's longest.
+  const Shape& stated = spec.input_shape();
+  if (spec.keras_masks() && d.train->input_dtype() == DType::kInt32 && stated.size() == 1 &&
+      stated[0] > 0) {
+    d.train = fixed_length(d.train, stated[0]);
+    if (d.test) d.test = fixed_length(d.test, stated[0]);
+  }
+  const data::Dataset& train = *d.train;
+  const bool cross_entropy = loss == "auto"
                                  ? train.target_kind() == data::TargetKind::kClass
-                                 : dist::parse_loss(c.loss) == dist::LossKind::kSoftmaxCrossEntropy;
+                                 : dist::parse_loss(loss) == dist::LossKind::kSoftmaxCrossEntropy;
   MIRROR_CHECK(!spec.softmax_folded() || cross_entropy, InvalidArgument,
                "the model spec ends in a softmax, which Mirror folds into the "
                "softmax-cross-entropy loss, but this run's loss is " +
-                   c.loss + (c.loss == "auto" ? " (float targets: mse)" : "") +
+                   loss + (loss == "auto" ? " (float targets: mse)" : "") +
                    "; use class labels with --loss softmax-cross-entropy, or end the model with "
                    "a linear layer");
   try {
     return spec.bind(data_shape(train));
   } catch (const InvalidArgument& e) {
-    const std::string what = c.model_spec.empty() ? "--model " + c.model
-                             : s.model_spec       ? c.model_spec
-                                                  : "--model-spec " + c.model_spec;
     throw InvalidArgument(what + " does not fit the training data (" + train.describe() +
                           "): " + e.what());
   }
@@ -229,9 +383,15 @@ std::string data_checksum(const data::Dataset& train, const data::Dataset* test)
 
 ConfigTask task_from_config(const TrainConfig& c, const Sources& s) {
   check_sources(c, s);
-  DataSplits d = c.own_data() ? load_own_data(c, s) : builtin_data(c);
-  const nn::ModelSpec bound = bind_to_data(c, s, *d.train);
+  // Note [Raw values]: a model that starts with a Rescaling or Normalization reads pixels 0..255.
+  const bool raw = load_spec(c, s).reads_raw_values();
+  DataSplits d = c.own_data() ? load_own_data(c, s, raw) : builtin_data(c, s);
+  if (raw && !c.own_data() && d.train->input_dtype() == DType::kFloat32) {
+    d.train = raw_pixels(d.train);
+    if (d.test) d.test = raw_pixels(d.test);
+  }
   ConfigTask t;
+  const nn::ModelSpec bound = bind_to_data(c, s, d, t.loss);
   t.name = bound.name();
   t.label = t.name;
   if (!c.model_spec.empty()) {

@@ -26,8 +26,9 @@ struct SplitFiles {
 
 /// An image folder; the test split takes the training split's classes (`class_names`).
 std::shared_ptr<const data::Dataset> load_images(const TrainConfig& c, const std::string& dir,
-                                                 std::vector<std::string> class_names) {
+                                                 std::vector<std::string> class_names, bool raw) {
   data::ImageFolderOptions o;
+  o.scale_to_unit = !raw;  // Note [Raw values] (models.h): a Rescaling model takes 0..255
   std::tie(o.height, o.width) = c.parsed_image_size();
   o.color = data::parse_color_mode(c.color);
   o.classes = std::move(class_names);
@@ -40,11 +41,12 @@ std::shared_ptr<const data::Dataset> load_images(const TrainConfig& c, const std
 
 /// `classes` and `vocab` (0: from the file) keep the test split consistent with training.
 std::shared_ptr<const data::Dataset> load_split(const TrainConfig& c, const SplitFiles& f,
-                                                int classes, std::int64_t vocab) {
+                                                int classes, std::int64_t vocab, bool raw) {
   if (!f.x.empty()) {
     data::ArrayOptions o;
     o.num_classes = classes;
     o.sample_shape = c.parsed_input_shape();
+    o.scale_uint8 = !raw;
     if (f.x_array && f.y_array) return data::arrays_dataset(*f.x_array, *f.y_array, o, f.x, f.y);
     return data::load_arrays(f.x, f.y, o);
   }
@@ -163,11 +165,13 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
 
 }  // namespace
 
-DataSplits load_own_data(const TrainConfig& c, const Sources& s) {
+DataSplits load_own_data(const TrainConfig& c, const Sources& s, bool raw_values) {
   DataSplits d;
   if (!c.train_images.empty()) {
-    d.train = load_images(c, c.train_images, {});
-    if (!c.test_images.empty()) d.test = load_images(c, c.test_images, d.train->class_names());
+    d.train = load_images(c, c.train_images, {}, raw_values);
+    if (!c.test_images.empty()) {
+      d.test = load_images(c, c.test_images, d.train->class_names(), raw_values);
+    }
     for (const auto& split : {d.train, d.test}) {
       if (!split) continue;
       for (const std::string& note : split->notes()) d.warnings.push_back(note);
@@ -175,14 +179,14 @@ DataSplits load_own_data(const TrainConfig& c, const Sources& s) {
     return d;
   }
   d.train = load_split(c, {c.train_x, c.train_y, c.train_csv, c.train_tokens, s.train_x, s.train_y},
-                       c.num_classes, 0);
+                       c.num_classes, 0, raw_values);
   check_magnitude(*d.train, "training", d);
   for (const std::string& note : d.train->notes()) d.warnings.push_back(note);
   const bool has_test = !c.test_x.empty() || !c.test_csv.empty() || !c.test_tokens.empty();
   if (has_test) {
     const int classes = c.num_classes > 0 ? c.num_classes : d.train->num_classes();
     d.test = load_split(c, {c.test_x, c.test_y, c.test_csv, c.test_tokens, s.test_x, s.test_y},
-                        classes, d.train->vocab_size());
+                        classes, d.train->vocab_size(), raw_values);
     check_magnitude(*d.test, "test", d);
     for (const std::string& note : d.test->notes()) d.warnings.push_back(note);
   }

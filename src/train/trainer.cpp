@@ -187,6 +187,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
                                          : default_threads(runtime, selection.devices.size()));
 
   agree_on_setup(runtime, [&] {
+    std::string loss_name = config.loss;
     if (given) {
       task = std::move(*given);
       model_name = "custom";
@@ -197,12 +198,13 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
       model_name = std::move(built.name);
       model_label = std::move(built.label);
       from_config = true;
+      loss_name = built.loss;
       for (const std::string& w : built.warnings) {
         if (is_root()) progress.message("[mirror] warning: " + w);
       }
     }
     check_task();
-    loss = resolve_loss(config.loss, *task.train);
+    loss = resolve_loss(loss_name, *task.train);
     checksum = data_checksum(*task.train, task.test.get());
   });
   uniform_setup(runtime, [&] {

@@ -34,6 +34,7 @@ struct ConfigTask {
   std::string name;
   std::string label;  // for the log: the name, and the spec file and its description when given
   std::vector<std::string> warnings;  // about the data (Note [Data magnitude]); rank 0 prints
+  std::string loss;  // the run's --loss, or what the model decides (Note [Binary heads])
 };
 /// The model (a --model-spec file or a built-in spec) bound to the data (the user's files or
 /// the built-in sets, cut by --train-limit / --test-limit); DataError when files are missing,
@@ -45,9 +46,11 @@ struct DataSplits {
   std::shared_ptr<const data::Dataset> train, test;  // test null when no test files are named
   std::vector<std::string> warnings;                 // Note [Data magnitude] (train_own_data.cpp)
 };
-/// The user's data files named by the config (arrays, CSV or token text), or the arrays of
-/// `sources` in their place.
-DataSplits load_own_data(const TrainConfig& config, const Sources& sources = {});
+/// The user's data files named by the config (arrays, CSV, token text or image folders), or the
+/// arrays of `sources` in their place. `raw_values`: uint8 arrays and images as stored, not
+/// scaled to [0, 1] (Note [Raw values], models.h).
+DataSplits load_own_data(const TrainConfig& config, const Sources& sources = {},
+                         bool raw_values = false);
 
 /// Note [Data limits]
 /// --train-limit N keeps N samples chosen by a permutation seeded from --seed (not the first N:

@@ -3,8 +3,9 @@
 # examples/models/*.json) and the coverage specs of tests/data/onnx/ (every other layer kind:
 # zero padding, conv without bias, average pools, gelu, layer norm, add/concatenate, LSTMs and
 # bidirectional merges, strided conv1d, 1-D pools with and without lengths, Masking on float
-# rows): each model is trained one step (so BatchNorm statistics and biases move), predicted
-# with mirror-predict, exported with mirror-export and run in onnxruntime on samples with padded
+# rows, a Dense and a sigmoid on every step, concatenated sequences; the preprocessing layers
+# and Keras masks are e2e.keras_tutorials'): each model is trained one step (so BatchNorm
+# statistics and biases move), predicted with mirror-predict, exported with mirror-export and run in onnxruntime on samples with padded
 # sequences of every length; the outputs must agree within 1e-5 relative (onnx_compare.py). Skipped (exit 77) when
 # onnxruntime or numpy is not installed (scripts/test.sh installs them best-effort) or the build
 # has no protobuf: never reported as passed without running.
@@ -37,12 +38,12 @@ for spec in "$root"/examples/models/*.json; do
   run_model "$name" --model "$name" --data synthetic --max-steps 1 --train-limit 16 --test-limit 8
 done
 for kind in images words rows; do python3 "$here/onnx_inputs.py" --train "$kind" "$kind" 48 3; done
-for spec_data in images:images words:words rows:rows seq:rows; do
+for spec_data in images:images words:words rows:rows seq:rows steps:words; do
   spec="${spec_data%%:*}" data="${spec_data##*:}"
   run_model "coverage-$spec" --model-spec "$root/tests/data/onnx/coverage-$spec.json" \
     --train-x "${data}_x.npy" --train-y "${data}_y.npy" --max-steps 1
 done
-[ ${#triples[@]} -eq $((3 * 13)) ] || fail "expected 13 exported models, got $((${#triples[@]} / 3))"
+[ ${#triples[@]} -eq $((3 * 14)) ] || fail "expected 14 exported models, got $((${#triples[@]} / 3))"
 
 echo "== probabilities: a Softmax at the end of the graph, as mirror-predict's"
 "$predict" --checkpoint ck-bigru-words --input bigru-words.x.npy --output p.y.npy \

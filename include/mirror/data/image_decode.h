@@ -69,8 +69,10 @@ void register_gpu_image_decoder(ImageDecoderFactory factory, std::string unavail
 /// `image` converted to `channels` (1: ITU-R 601 luma (299 R + 587 G + 114 B) / 1000, rounded,
 /// as PIL's "L"; 3: grey copied to each channel) and resized to height x width (bilinear with
 /// half-pixel centres, as tf.image.resize without antialiasing; the same size copies exactly),
-/// written as [channels, height, width] floats divided by 255.
-void image_to_chw(const DecodedImage& image, int channels, int height, int width, float* dst);
+/// written as [channels, height, width] floats divided by `divisor` (255: values in [0, 1]; 1:
+/// 0..255 as stored, for a model that rescales its own input).
+void image_to_chw(const DecodedImage& image, int channels, int height, int width, float* dst,
+                  double divisor = 255.0);
 
 /// Encoders for fixtures and benchmarks (loader-bench --write-images): an 8-bit greyscale or RGB
 /// PNG (libpng), and a baseline JPEG of `quality` 1..100 with 4:4:4 sampling (libjpeg-turbo).

@@ -29,6 +29,9 @@ struct ImageFolderOptions {
   /// Note [Bad samples] (loader.h): a file that fails the header check is remembered as bad (and
   /// replaced when batched) instead of stopping the load.
   bool skip_bad_samples = false;
+  /// Pixels divided by 255 (values in [0, 1]); false: 0..255 as stored, what a model that starts
+  /// with Keras's Rescaling or Normalization reads (Note [Raw values], nn/models.h).
+  bool scale_to_unit = true;
 };
 
 /// An image folder: DIR/<class>/.../<image>. Classes are the subfolders of DIR in sorted (byte)

@@ -124,6 +124,8 @@ class Concatenate : public MergeLayer {
 
  private:
   std::vector<std::int64_t> channels_;
+  bool sequences_ = false;           // [N, T, F] inputs, joined along F
+  std::vector<std::int64_t> steps_;  // their N and T in the last forward
 };
 
 /// [N, C, H, W] -> [N, C]: the mean over each channel's plane.

@@ -3,7 +3,9 @@
 // GlobalAveragePooling1D). All are mask-aware: with sequence lengths in ctx.lengths (from the
 // batch or a Masking layer, e.g. before an Embedding with mask_zero), steps past a sequence's
 // length never win a max nor count in an average, outputs past the new length are zero, and
-// ctx.lengths becomes the output lengths for the next layer.
+// ctx.lengths becomes the output lengths for the next layer. With Keras's masks (Note [Sequence
+// masks] in layer.h) they read every step and end the lengths, as Keras's do, except
+// GlobalAveragePooling1D, which averages the unmasked steps in Keras too.
 #pragma once
 
 #include <cstdint>

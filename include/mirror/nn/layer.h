@@ -56,7 +56,10 @@ struct ForwardContext {
   /// not on the replica, so data parallelism stays exact).
   Tensor sample_ids;
   /// Valid length of each sequence (host); set by the batch or by a Masking layer, read by GRU.
+  /// Sequential gives each layer the lengths of its input (Note [Sequence masks]).
   std::vector<std::int32_t> lengths;
+  /// Note [Sequence masks]: set by Sequential from its model; how sequence layers treat lengths.
+  bool keras_masks = false;
   /// float32 [N]: the batch's per-sample weights (1 real, 0 padding); undefined = all real.
   /// Layers that mix samples (BatchNormalization) leave padding out of their statistics and
   /// give it no input gradient, so a padded last batch stays exact.
@@ -65,6 +68,27 @@ struct ForwardContext {
   /// uses its own batch, which is the global one).
   ReplicaSum* replica_sum = nullptr;
 };
+
+/// Note [Sequence masks]
+/// Mirror masks a sequence's padding with lengths (ForwardContext::lengths: the valid steps of
+/// each sample; padding is trailing). Sequential keeps the lengths of every layer's output, gives
+/// each layer those of its input (a merge: the longest of its inputs', none when an input has
+/// none, as Keras 3 ORs masks), and ends them after a layer that turns a sequence into something
+/// without a time axis (a recurrent layer returning its last state, Flatten, a global pool).
+/// Two modes, chosen by the model (ModelSpec "masks"):
+///  - Mirror's own (keras_masks false): a model reading token data knows each sequence's length
+///    from the batch on; every sequence layer honours it: recurrent layers stop at the length,
+///    1-D convolutions and pools compute what the unpadded sequence gives and pass on their
+///    output lengths, Dense (and a sigmoid Activation) keep the output zero past the length, so
+///    that a padded sequence gives the result of the unpadded one.
+///  - Keras's (keras_masks true, every Keras model): padding is masked where Keras masks it and
+///    nowhere else. The batch's lengths are not used; lengths start at a Masking layer (an
+///    Embedding with mask_zero puts one before it); the layers that support masking in Keras
+///    pass them on unchanged (Dense, Dropout, Activation, normalisations, recurrent layers
+///    returning sequences, merges), those that read the mask use them (GRU, LSTM, Bidirectional,
+///    GlobalAveragePooling1D), and every other layer computes on all steps and ends them
+///    (Conv1D, 1-D pools, GlobalMaxPooling1D, Flatten).
+/// A new layer over sequences states which of these it is.
 
 /// Random source for initialisation (host, double precision; cast to the model dtype).
 using InitRng = std::mt19937_64;

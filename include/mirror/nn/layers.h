@@ -24,7 +24,9 @@ const char* activation_name(Activation act);
 Activation parse_activation(const std::string& name);
 const char* padding_name(Padding padding);
 
-/// y = act(x @ kernel + bias). Input [N, in], output [N, units].
+/// y = act(x @ kernel + bias). Input [N, in], output [N, units]; or a sequence [N, T, in] ->
+/// [N, T, units], applied to every step (Keras's last axis), lengths passed on (Note [Sequence
+/// masks]: with Mirror's masks the output is zero past each sequence's length).
 /// Layout: kernel is stored [in, units] like Keras (not PyTorch's [units, in]); bias [units].
 /// Init: Glorot uniform kernel (fan_in = in, fan_out = units), zero bias.
 class Dense : public Layer {
@@ -41,9 +43,11 @@ class Dense : public Layer {
   int units_;
   Activation act_;
   std::int64_t in_ = 0;
+  Shape inner_;  // the input shape check_input expects: [in] or [-1, in]
   DType dtype_ = DType::kFloat32;
   Parameter kernel_, bias_;
-  Tensor x_, y_;  // saved by forward: input and (post-activation) output
+  Tensor x_, y_;  // saved by forward: input and (post-activation) output, as rows [N*T, in/units]
+  std::vector<std::int32_t> lengths_;  // a sequence's lengths when the output was zeroed past them
 };
 
 /// y = act(conv(x, kernel) + bias). Input NCHW [N, C, H, W]; kernel OIHW [filters, C, kh, kw];
@@ -127,6 +131,7 @@ class ActivationLayer : public Layer {
   Shape input_shape_;
   DType dtype_ = DType::kFloat32;
   Tensor y_;  // the output; the input for the GELU (whose gradient needs it)
+  std::vector<std::int32_t> lengths_;  // a sigmoid's sequence lengths (Note [Sequence masks])
 };
 
 /// Inverted dropout while training (identity otherwise). The mask is a pure function of
@@ -154,11 +159,13 @@ class Dropout : public Layer {
 
 /// Token embedding: int32 ids [N, T] -> [N, T, dim]. Index 0 is padding: its row is zero at
 /// init and receives no gradient (so no optimizer moves it). Init U(-0.05, 0.05) like Keras.
+/// With padding_row false (Keras's embedding, Note [Sequence masks]) row 0 is a row like the
+/// others once trained (it still starts at zero, so a seed gives the same initial weights).
 /// T may differ from the T the layer was built for (sequences are padded per batch).
 /// No input gradient (ids are not differentiable): backward returns an undefined Tensor.
 class Embedding : public Layer {
  public:
-  Embedding(std::int64_t vocab, int dim);
+  Embedding(std::int64_t vocab, int dim, bool padding_row = true);
   std::string kind() const override { return "embedding"; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
@@ -169,6 +176,7 @@ class Embedding : public Layer {
  private:
   std::int64_t vocab_;
   int dim_;
+  bool padding_row_ = true;
   Parameter table_;
   Tensor ids_;
 };
@@ -178,6 +186,9 @@ namespace detail {
 /// rank 1 + inner.size(), the inner dims equal `inner` (dims given as -1 match anything) and
 /// the dtype matches.
 void check_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype);
+/// A sequence's shape [T, F] with any T ([-1, F]): token batches are padded to their own longest
+/// sequence. Other shapes as they are.
+Shape any_steps(const Shape& inner);
 /// The windows of a pool x pool pooling layer over an image [C, H, W]: TensorFlow's "same"
 /// padding is the convolution rule with the window as kernel. Throws InvalidArgument naming the
 /// layer when the window is larger than the (padded) input.

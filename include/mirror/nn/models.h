@@ -54,6 +54,25 @@ class ModelSpec {
   /// The spec ended in a softmax, folded into the softmax-cross-entropy loss (Note [Folded
   /// softmax] in src/nn/model_spec.cpp): the model outputs logits, and only that loss fits it.
   bool softmax_folded() const { return softmax_folded_; }
+  /// Note [Folded sigmoid] (src/nn/model_spec_sigmoid.cpp): whether the spec ends in a sigmoid
+  /// (a last Dense with activation sigmoid, or a last sigmoid Activation reading the layer
+  /// before it), which binary cross-entropy takes over; sigmoid_folded() once it has.
+  bool ends_in_sigmoid() const;
+  bool sigmoid_folded() const { return sigmoid_folded_; }
+  /// A copy whose final sigmoid is folded into the binary-cross-entropy loss: the Dense becomes
+  /// linear or the Activation layer is dropped, and to_json() records "sigmoid_folded": true.
+  /// InvalidArgument when the spec does not end in a sigmoid.
+  ModelSpec with_sigmoid_folded() const;
+  /// Note [Sequence masks] (nn/layer.h): true for Keras's masks (every Keras model, or a Mirror
+  /// spec with "masks": "keras"): padding is masked only where Keras masks it; false for Mirror's
+  /// (the data's lengths reach every sequence layer).
+  bool keras_masks() const { return keras_masks_; }
+  /// Note [Raw values]: whether the model's first layer is a Rescaling or a Normalization (a Keras
+  /// tutorial's Rescaling(1/255)): such a model reads uint8 data as stored (0..255), as Keras
+  /// gives them to it, where Mirror otherwise scales uint8 to [0, 1].
+  bool reads_raw_values() const;
+  /// The units the last Dense states; 0 when it leaves them to the data or the spec has none.
+  std::int64_t output_units() const;
 
   /// A copy whose every batch_normalization is synchronized across replicas (mirror-train's
   /// --sync-batchnorm, like PyTorch's convert_sync_batchnorm).
@@ -77,6 +96,8 @@ class ModelSpec {
   Shape input_shape_;
   bool bound_ = false;
   bool softmax_folded_ = false;
+  bool sigmoid_folded_ = false;
+  bool keras_masks_ = false;
   std::vector<std::size_t> origin_;  // each layer's index in the parsed JSON (for messages)
 
   friend struct ModelSpecParser;

@@ -21,6 +21,24 @@ class Recurrent : public Layer {
   virtual bool return_sequences() const = 0;
   /// A new, unbuilt layer with the same hyper-parameters (Bidirectional's backward direction).
   virtual std::unique_ptr<Recurrent> fresh_copy() const = 0;
+
+  /// Note [Carried outputs] (recurrent_carry.cpp): false for a standalone Keras GRU or LSTM
+  /// returning sequences, whose steps past a sequence's length repeat its last valid output
+  /// (Keras's zero_output_for_mask false) where Mirror's are zero; applies with Keras's masks.
+  void set_zero_output_for_mask(bool zero) { zero_output_for_mask_ = zero; }
+  bool zero_output_for_mask() const { return zero_output_for_mask_; }
+
+ protected:
+  /// A return_sequences output as this layer gives it: `y` (zero past `lengths`), or with the
+  /// last valid step carried to the end (Note [Carried outputs]).
+  Tensor carry_outputs(const Tensor& y, const std::vector<std::int32_t>& lengths,
+                       const ForwardContext& ctx);
+  /// The gradient of `y` (for the recurrent backward) given that of the output.
+  Tensor carried_gradient(const Tensor& dy) const;
+
+ private:
+  bool zero_output_for_mask_ = true;
+  std::vector<std::int32_t> carried_;  // the lengths of the last forward that carried
 };
 
 /// Gated recurrent unit with the semantics of docs/architecture.md invariant 5 (PyTorch GRU, Keras

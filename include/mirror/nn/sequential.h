@@ -51,7 +51,13 @@ class Sequential {
              Device device = Device::cpu());
   bool built() const { return built_; }
 
+  /// Runs the layers in order. ctx.lengths holds the batch's sequence lengths on entry (empty for
+  /// none) and each layer sees those of its input (Note [Sequence masks] in layer.h).
   Tensor forward(const Tensor& x, ForwardContext& ctx);
+  /// Note [Sequence masks]: true for Keras's mask semantics (the batch's lengths are ignored;
+  /// masks start at Masking layers), false (the default) for Mirror's.
+  void set_keras_masks(bool keras) { keras_masks_ = keras; }
+  bool keras_masks() const { return keras_masks_; }
   /// Called after each layer's backward with the parameters whose gradients are now final
   /// (last layer first; layers without parameters do not call it).
   using GradReadyHook = std::function<void(const std::vector<Parameter*>&)>;
@@ -90,6 +96,7 @@ class Sequential {
   std::vector<std::vector<int>> inputs_;  // per layer (Note [Model graph])
   std::vector<int> last_reader_;          // per layer: the last layer reading its output
   std::vector<Tensor> outputs_;           // per layer, during forward
+  std::vector<std::vector<std::int32_t>> lengths_;  // per layer output, during forward
   std::vector<Tensor> grads_;             // per layer output, during backward
   std::vector<bool> grad_owned_;          // grads_[i] is a private sum (may be added into)
   std::vector<Shape> output_shapes_;
@@ -98,6 +105,7 @@ class Sequential {
   Device device_ = Device::cpu();
   bool built_ = false;
   LayerTimes* times_ = nullptr;
+  bool keras_masks_ = false;
 };
 
 }  // namespace mirror::nn

@@ -1,0 +1,139 @@
+// The dataset views of dataset_views.h: each forwards every call to the base dataset and
+// changes only what its name says.
+#include "train/dataset_views.h"
+
+#include <cmath>
+#include <string>
+
+#include "mirror/error.h"
+
+namespace mirror::train {
+namespace {
+
+/// Forwards everything to the base dataset.
+class View : public data::Dataset {
+ public:
+  explicit View(std::shared_ptr<const data::Dataset> base) : base_(std::move(base)) {}
+  std::int64_t size() const override { return base_->size(); }
+  int num_classes() const override { return base_->num_classes(); }
+  data::TargetKind target_kind() const override { return base_->target_kind(); }
+  Shape target_shape() const override { return base_->target_shape(); }
+  std::int64_t vocab_size() const override { return base_->vocab_size(); }
+  DType input_dtype() const override { return base_->input_dtype(); }
+  Shape sample_shape() const override { return base_->sample_shape(); }
+  bool is_sequence() const override { return base_->is_sequence(); }
+  bool variable_length() const override { return base_->variable_length(); }
+  std::int32_t length(std::int64_t i) const override { return base_->length(i); }
+  std::int32_t label(std::int64_t i) const override { return base_->label(i); }
+  void decode_target(std::int64_t i, float* dst) const override { base_->decode_target(i, dst); }
+  void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(i, dst); }
+  void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
+    base_->decode_tokens(i, dst, steps);
+  }
+  std::string describe() const override { return base_->describe(); }
+
+ protected:
+  std::shared_ptr<const data::Dataset> base_;
+};
+
+class Reshaped final : public View {
+ public:
+  Reshaped(std::shared_ptr<const data::Dataset> base, Shape shape)
+      : View(std::move(base)), shape_(std::move(shape)) {}
+  Shape sample_shape() const override { return shape_; }
+  // A [T, F] view of images is a fixed-length sequence of T steps, as Layout::kRows serves it.
+  bool is_sequence() const override { return shape_.size() == 2; }
+  std::int32_t length(std::int64_t) const override {
+    return static_cast<std::int32_t>(shape_.empty() ? 1 : shape_[0]);
+  }
+  std::string describe() const override {
+    return base_->describe() + ", read as " + shape_str(shape_);
+  }
+
+ private:
+  Shape shape_;
+};
+
+class BinaryTargets final : public View {
+ public:
+  using View::View;
+  int num_classes() const override { return 0; }
+  data::TargetKind target_kind() const override { return data::TargetKind::kFloat; }
+  Shape target_shape() const override { return {1}; }
+  void decode_target(std::int64_t i, float* dst) const override {
+    dst[0] = base_->label(i) == 1 ? 1.0f : 0.0f;
+  }
+  std::string describe() const override {
+    return base_->describe() + ", labels 0/1 as binary targets";
+  }
+};
+
+class RawPixels final : public View {
+ public:
+  using View::View;
+  void decode_float(std::int64_t i, float* dst) const override {
+    base_->decode_float(i, dst);
+    const std::int64_t n = shape_numel(base_->sample_shape());
+    for (std::int64_t k = 0; k < n; ++k) dst[k] = std::nearbyint(dst[k] * 255.0f);
+  }
+  std::string describe() const override { return base_->describe() + ", pixels 0..255"; }
+};
+
+class FixedLength final : public View {
+ public:
+  FixedLength(std::shared_ptr<const data::Dataset> base, std::int64_t steps)
+      : View(std::move(base)), steps_(steps) {}
+  Shape sample_shape() const override { return {steps_}; }
+  bool variable_length() const override { return false; }
+  std::int32_t length(std::int64_t) const override { return static_cast<std::int32_t>(steps_); }
+  std::string describe() const override {
+    return base_->describe() + ", padded to " + std::to_string(steps_) + " steps";
+  }
+
+ private:
+  std::int64_t steps_;
+};
+
+}  // namespace
+
+std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base) {
+  return std::make_shared<RawPixels>(std::move(base));
+}
+
+std::shared_ptr<const data::Dataset> fixed_length(std::shared_ptr<const data::Dataset> base,
+                                                  std::int64_t steps) {
+  const Shape s = base->sample_shape();
+  MIRROR_CHECK(base->input_dtype() == DType::kInt32 && s.size() == 1, InvalidArgument,
+               "fixed_length: token sequences only, got " + base->describe());
+  if (s[0] == steps && !base->variable_length()) return base;
+  MIRROR_CHECK(s[0] <= steps, InvalidArgument,
+               "the model reads sequences of " + std::to_string(steps) +
+                   " tokens (its input shape), " + "but " + base->describe() +
+                   " has sequences of up to " + std::to_string(s[0]) + ": shorten them to " +
+                   std::to_string(steps) +
+                   " tokens, or state the input length as None (Input(shape=(None,)))");
+  return std::make_shared<FixedLength>(std::move(base), steps);
+}
+
+std::shared_ptr<const data::Dataset> reshaped(std::shared_ptr<const data::Dataset> base,
+                                              const Shape& shape) {
+  const Shape from = base->sample_shape();
+  if (from == shape) return base;
+  MIRROR_CHECK(base->input_dtype() == DType::kFloat32 && shape_numel(from) == shape_numel(shape),
+               InvalidArgument,
+               "cannot read the samples " + shape_str(from) + " of " + base->describe() + " as " +
+                   shape_str(shape) + ": the element counts differ");
+  return std::make_shared<Reshaped>(std::move(base), shape);
+}
+
+std::shared_ptr<const data::Dataset> binary_targets(std::shared_ptr<const data::Dataset> base) {
+  MIRROR_CHECK(base->target_kind() == data::TargetKind::kClass && base->num_classes() <= 2,
+               InvalidArgument,
+               "binary targets need class labels 0 and 1, but " + base->describe() + " has " +
+                   (base->target_kind() == data::TargetKind::kClass
+                        ? std::to_string(base->num_classes()) + " classes"
+                        : std::string("float targets")));
+  return std::make_shared<BinaryTargets>(std::move(base));
+}
+
+}  // namespace mirror::train

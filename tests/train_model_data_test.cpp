@@ -1,0 +1,261 @@
+// What the model decides about its data in mirror-train's task (src/train/train_data.cpp):
+// sigmoid and one-output heads on labels 0/1 (Note [Binary heads], Note [Folded sigmoid]), the
+// built-in data read in the form the model's input takes (Note [Built-in data follow the
+// model]), Keras token models padded to their stated length, and the message for a
+// Normalization whose adapted values to_json() did not write.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "data_test_util.h"
+#include "mirror/data/npy.h"
+#include "temp_dir.h"
+#include "train/dataset_views.h"
+#include "train/trainer_impl.h"
+
+namespace mirror::testing_util {
+namespace {
+
+using nlohmann::json;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+void write_npy(const std::filesystem::path& path, data::ElementType type,
+               std::vector<std::int64_t> shape, const void* values, std::size_t bytes) {
+  data::NumericArray a;
+  a.type = type;
+  a.shape = std::move(shape);
+  a.bytes.resize(bytes);
+  std::memcpy(a.bytes.data(), values, bytes);
+  const std::vector<std::uint8_t> file = data::encode_npy(a);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
+}
+
+/// x [n, 6] float32 and y [n] int32 labels in [0, classes) (or float32 targets [n] in [0, 1]).
+struct Files {
+  TempDir dir;
+  std::string x, y;
+  Files(int classes, bool float_targets = false) {
+    const int n = 64;
+    std::vector<float> xs(n * 6), ys(n);
+    std::vector<std::int32_t> labels(n);
+    for (int i = 0; i < n; ++i) {
+      labels[i] = i % classes;
+      ys[i] = static_cast<float>(i % 5) / 4.0f;
+      for (int f = 0; f < 6; ++f) xs[i * 6 + f] = static_cast<float>((i * 7 + f * 3) % 11) / 11.0f;
+    }
+    x = (dir.path() / "x.npy").string();
+    y = (dir.path() / "y.npy").string();
+    write_npy(x, data::ElementType::kFloat32, {n, 6}, xs.data(), xs.size() * 4);
+    if (float_targets)
+      write_npy(y, data::ElementType::kFloat32, {n}, ys.data(), ys.size() * 4);
+    else
+      write_npy(y, data::ElementType::kInt32, {n}, labels.data(), labels.size() * 4);
+  }
+  std::string spec(const json& j) const {
+    const std::string path = (dir.path() / "spec.json").string();
+    std::ofstream(path) << j.dump();
+    return path;
+  }
+};
+
+json keras_head(int units, const std::string& activation, bool separate_activation = false) {
+  json layers =
+      json::array({{{"class_name", "InputLayer"}, {"config", {{"batch_shape", {nullptr, 6}}}}},
+                   {{"class_name", "Dense"}, {"config", {{"units", 5}, {"activation", "relu"}}}}});
+  if (separate_activation) {
+    layers.push_back({{"class_name", "Dense"}, {"config", {{"units", units}}}});
+    layers.push_back({{"class_name", "Activation"}, {"config", {{"activation", activation}}}});
+  } else {
+    layers.push_back(
+        {{"class_name", "Dense"}, {"config", {{"units", units}, {"activation", activation}}}});
+  }
+  return {{"class_name", "Sequential"}, {"config", {{"name", "head"}, {"layers", layers}}}};
+}
+
+train::TrainConfig config(const Files& f, const std::string& spec) {
+  train::TrainConfig c;
+  c.model_spec = spec;
+  c.train_x = f.x;
+  c.train_y = f.y;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(BinaryHeads, KerasSigmoidOnLabelsZeroOneTrainsWithBinaryCrossEntropy) {
+  for (bool separate : {false, true}) {
+    Files f(2);
+    const train::ConfigTask t =
+        train::task_from_config(config(f, f.spec(keras_head(1, "sigmoid", separate))));
+    EXPECT_EQ(t.loss, "binary-cross-entropy");
+    // Labels 0/1 served as one float target each.
+    EXPECT_EQ(t.task.train->target_kind(), data::TargetKind::kFloat);
+    EXPECT_EQ(t.task.train->target_shape(), (Shape{1}));
+    float target = -1;
+    t.task.train->decode_target(3, &target);
+    EXPECT_EQ(target, 1.0f);  // sample 3 has label 1
+    // The canonical spec records the fold; the model ends in logits.
+    const json spec = json::parse(t.task.model_description);
+    EXPECT_EQ(spec["sigmoid_folded"], true);
+    EXPECT_EQ(spec["layers"].back()["type"], "dense");
+    EXPECT_EQ(spec["layers"].back()["activation"], "linear");
+    EXPECT_EQ(spec["layers"].back()["units"], 1);
+    EXPECT_TRUE(nn::ModelSpec::from_json(spec).sigmoid_folded());  // checkpoints keep it
+    EXPECT_EQ(train::resolve_loss(t.loss, *t.task.train), dist::LossKind::kBinaryCrossEntropy);
+  }
+}
+
+TEST(BinaryHeads, OneLinearOutputOnLabelsIsABinaryLogit) {
+  Files f(2);
+  const train::ConfigTask t = train::task_from_config(config(f, f.spec(keras_head(1, "linear"))));
+  EXPECT_EQ(t.loss, "binary-cross-entropy");
+  EXPECT_EQ(json::parse(t.task.model_description).value("sigmoid_folded", false), false);
+}
+
+TEST(BinaryHeads, ModelsThatDoNotFitTheLabelsNameTheFix) {
+  Files three(3);
+  EXPECT_THAT(error_of([&] {
+                train::task_from_config(config(three, three.spec(keras_head(1, "sigmoid"))));
+              }),
+              AllOf(HasSubstr("3 classes"), HasSubstr("dense of 3 units")));
+  EXPECT_THAT(error_of([&] {
+                train::task_from_config(config(three, three.spec(keras_head(3, "sigmoid"))));
+              }),
+              AllOf(HasSubstr("sigmoid"), HasSubstr("Dense(1, sigmoid)")));
+  Files two(2);
+  train::TrainConfig c = config(two, two.spec(keras_head(1, "sigmoid")));
+  c.loss = "softmax-cross-entropy";
+  EXPECT_THAT(error_of([&] { train::task_from_config(c); }),
+              HasSubstr("--loss binary-cross-entropy"));
+}
+
+TEST(BinaryHeads, FloatTargetsFoldTheSigmoidForBinaryCrossEntropyOnly) {
+  Files f(2, true);
+  train::TrainConfig c = config(f, f.spec(keras_head(1, "sigmoid")));
+  c.loss = "binary-cross-entropy";
+  EXPECT_EQ(json::parse(train::task_from_config(c).task.model_description)["sigmoid_folded"], true);
+  c.loss = "mse";  // a sigmoid in front of a squared error is part of the model
+  const json kept = json::parse(train::task_from_config(c).task.model_description);
+  EXPECT_FALSE(kept.contains("sigmoid_folded"));
+  EXPECT_EQ(kept["layers"].back()["activation"], "sigmoid");
+}
+
+// ---- built-in data follow the model (synthetic data of the built-in shapes)
+
+train::ConfigTask builtin(const json& spec, const std::string& input_shape = "") {
+  static TempDir dir;
+  static int k = 0;
+  const std::string path = (dir.path() / ("spec" + std::to_string(++k) + ".json")).string();
+  std::ofstream(path) << spec.dump();
+  train::TrainConfig c;
+  c.model_spec = path;
+  c.data = "synthetic";
+  c.train_limit = 32;
+  c.test_limit = 16;
+  c.input_shape = input_shape;
+  return train::task_from_config(c);
+}
+
+json keras_model(const json& input_shape, const json& layers) {
+  json all = json::array(
+      {{{"class_name", "InputLayer"}, {"config", {{"batch_shape", json::array({nullptr})}}}}});
+  for (const auto& d : input_shape) all[0]["config"]["batch_shape"].push_back(d);
+  for (const auto& l : layers) all.push_back(l);
+  return {{"class_name", "Sequential"}, {"config", {{"layers", all}}}};
+}
+
+TEST(BuiltinData, FollowTheModelsInput) {
+  const json gru = {{"class_name", "GRU"}, {"config", {{"units", 4}}}};
+  const json dense = {{"class_name", "Dense"}, {"config", {{"units", 10}}}};
+  const json flatten = {{"class_name", "Flatten"}, {"config", json::object()}};
+  const json conv = {{"class_name", "Conv2D"}, {"config", {{"filters", 2}, {"kernel_size", 3}}}};
+  // [28, 28]: Fashion-MNIST as 28 rows (the time-series models of the Keras examples).
+  auto rows = builtin(keras_model({28, 28}, json::array({gru, dense})));
+  EXPECT_EQ(rows.task.train->sample_shape(), (Shape{28, 28}));
+  EXPECT_TRUE(rows.task.train->is_sequence());
+  // [28, 28, 1] (Keras) and [1, 28, 28]: images.
+  EXPECT_EQ(builtin(keras_model({28, 28, 1}, json::array({conv, flatten, dense})))
+                .task.train->sample_shape(),
+            (Shape{1, 28, 28}));
+  // [784]: the same pixels, flat.
+  auto flat = builtin(keras_model({784}, json::array({dense})));
+  EXPECT_EQ(flat.task.train->sample_shape(), (Shape{784}));
+  EXPECT_EQ(flat.task.test->sample_shape(), (Shape{784}));
+  // Nothing stated: the first layer decides.
+  EXPECT_EQ(builtin(json::array({{{"type", "gru"}, {"units", 4}}, {{"type", "dense"}}}))
+                .task.train->sample_shape(),
+            (Shape{28, 28}));
+  EXPECT_EQ(builtin(json::array({{{"type", "dense"}, {"units", 8}}, {{"type", "dense"}}}))
+                .task.train->sample_shape(),
+            (Shape{784}));
+  EXPECT_EQ(builtin(json::array({{{"type", "embedding"}, {"output_dim", 4}},
+                                 {{"type", "gru"}, {"units", 4}},
+                                 {{"type", "dense"}}}))
+                .task.train->input_dtype(),
+            DType::kInt32);
+  // --input-shape reads the built-in images in that shape.
+  EXPECT_EQ(builtin(json::array({{{"type", "flatten"}}, {{"type", "dense"}}}), "28,28")
+                .task.train->sample_shape(),
+            (Shape{28, 28}));
+}
+
+TEST(BuiltinData, AModelThatFitsNoneNamesWhatWould) {
+  const json dense = {{"class_name", "Dense"}, {"config", {{"units", 10}}}};
+  const json flatten = {{"class_name", "Flatten"}, {"config", json::object()}};
+  const json conv = {{"class_name", "Conv2D"}, {"config", {{"filters", 2}, {"kernel_size", 3}}}};
+  EXPECT_THAT(error_of([&] {
+                builtin(keras_model({32, 32, 3}, json::array({conv, flatten, dense})));
+              }),
+              AllOf(HasSubstr("[3,32,32]"), HasSubstr("784 elements"), HasSubstr("--train-x")));
+}
+
+// ---- Keras's masks and the data
+
+TEST(KerasTokens, AStatedLengthPadsEverySequenceToIt) {
+  TempDir dir;
+  const std::string tokens = (dir.path() / "t.txt").string();
+  std::ofstream(tokens) << "0 3 4\n1 5\n0 6 7 8\n1 2 2 2 2\n";
+  const auto spec = [&](int t) {
+    return keras_model({t}, json::array({{{"class_name", "Embedding"},
+                                          {"config", {{"input_dim", 10}, {"output_dim", 3}}}},
+                                         {{"class_name", "GRU"}, {"config", {{"units", 2}}}},
+                                         {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}));
+  };
+  train::TrainConfig c;
+  c.train_tokens = tokens;
+  c.model_spec = (dir.path() / "s.json").string();
+  std::ofstream(c.model_spec) << spec(6).dump();
+  const train::ConfigTask t = train::task_from_config(c);
+  EXPECT_EQ(t.task.train->sample_shape(), (Shape{6}));
+  EXPECT_FALSE(t.task.train->variable_length());
+  EXPECT_EQ(t.task.train->length(1), 6);
+  std::ofstream(c.model_spec) << spec(3).dump();
+  EXPECT_THAT(error_of([&] { train::task_from_config(c); }),
+              AllOf(HasSubstr("sequences of 3 tokens"), HasSubstr("up to 4")));
+}
+
+TEST(Normalization, AdaptedValuesThatToJsonDidNotWriteAreNamed) {
+  Files f(2);
+  json model = keras_head(1, "sigmoid");
+  const json normalization = {
+      {"class_name", "Normalization"},
+      {"config", {{"axis", {-1}}, {"mean", nullptr}, {"variance", nullptr}, {"invert", false}}}};
+  model["config"]["layers"].insert(model["config"]["layers"].begin() + 1, normalization);
+  EXPECT_THAT(error_of([&] { train::task_from_config(config(f, f.spec(model))); }),
+              AllOf(HasSubstr("normalization layer 1"), HasSubstr("no mean and variance"),
+                    HasSubstr("model.weights.h5")));
+}
+
+}  // namespace
+}  // namespace mirror::testing_util
