@@ -141,7 +141,7 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
     // A Keras model reads its sequences padded as in training (Note [Sequence masks]).
     if (model.keras_masks() && inputs.tokens) pr::pad_tokens(inputs, model.input_shape().at(0));
-    pr::check_inputs(inputs, spec, what);
+    pr::check_inputs(inputs, spec, what, f.input_shape);
   });
   if (code) return code;
   const std::int64_t n = inputs.count(), r = rt.world_rank(), size = rt.world_size();

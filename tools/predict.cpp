@@ -410,7 +410,8 @@ void pad_tokens(Inputs& inputs, std::int64_t steps) {
   inputs.shape[1] = steps;
 }
 
-void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what) {
+void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what,
+                  const std::string& reshaped_by) {
   const Shape sample(inputs.shape.begin() + 1, inputs.shape.end());
   MIRROR_CHECK(inputs.tokens == spec.tokens, InvalidArgument,
                what + " holds " + (inputs.tokens ? "integer token ids" : "float values") +
@@ -420,13 +421,20 @@ void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string
   bool fits = sample.size() == spec.sample_shape.size();
   for (std::size_t i = 0; fits && i < sample.size(); ++i)
     fits = spec.sample_shape[i] < 0 || spec.sample_shape[i] == sample[i];
+  std::string hint;
+  if (!spec.tokens && shape_numel(sample) == shape_numel(spec.sample_shape)) {
+    std::string want;
+    for (std::size_t i = 0; i < spec.sample_shape.size(); ++i)
+      want += (i ? "," : "") + std::to_string(spec.sample_shape[i]);
+    hint = reshaped_by.empty()
+               ? "; the element counts agree: pass --input-shape " + want + " to reshape"
+               : " after --input-shape " + reshaped_by + "; pass --input-shape " + want +
+                     " instead";
+  }
   MIRROR_CHECK(fits, InvalidArgument,
                what + ": the checkpoint's model expects samples of shape " +
                    shape_str(spec.sample_shape) + " but found " + shape_str(sample) + " (" +
-                   std::to_string(inputs.count()) + " samples)" +
-                   (!spec.tokens && shape_numel(sample) == shape_numel(spec.sample_shape)
-                        ? "; the element counts agree: pass --input-shape to reshape"
-                        : ""));
+                   std::to_string(inputs.count()) + " samples)" + hint);
   MIRROR_CHECK(inputs.count() > 0, InvalidArgument, what + " holds no sample");
   if (!spec.tokens) return;
   const std::int64_t t = sample[0];

@@ -85,7 +85,9 @@ void reshape_samples(Inputs& inputs, const Shape& shape);
 void pad_tokens(Inputs& inputs, std::int64_t steps);
 /// InvalidArgument naming what the model expects and what the input holds (the sample shape,
 /// ids versus floats); DataError for a token id outside the vocabulary or an all-padding row.
-void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what);
+/// `reshaped_by`: the --input-shape the samples were given, if any (named in the message).
+void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what,
+                  const std::string& reshaped_by = "");
 
 /// The model's outputs for samples [begin, end) in batches of `batch_size`: inference mode
 /// (BatchNormalization's moving statistics, no dropout); token sequences get their lengths
