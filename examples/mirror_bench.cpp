@@ -23,6 +23,7 @@
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
 #include "tools/allreduce_sweep.h"
+#include "tools/command_line.h"
 #include "tools/scaling_model.h"
 #include "tools/train_bench.h"
 
@@ -61,7 +62,9 @@ int run_allreduce(Runtime& runtime, const std::vector<std::string>& args) {
   add("allow-gpu-sharing", po::bool_switch(&o.allow_gpu_sharing),
       "let several ranks of a node use one GPU (NCCL may refuse it)");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
+  mirror::tools::reject_stray_arguments(parsed);
+  po::store(parsed, vm);
   if (vm.count("help")) {
     if (runtime.world_rank() == 0) std::cout << desc << "\n";
     return 0;
@@ -131,10 +134,10 @@ int run_train(int argc, char** argv) {
   add("result", po::value(&result), "internal: where rank 0 writes its row");
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc))
-                  .options(desc)
-                  .run(),
-              vm);
+    const po::parsed_options parsed =
+        po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc)).options(desc).run();
+    mirror::tools::reject_stray_arguments(parsed);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
       return 0;
@@ -248,10 +251,10 @@ int predict_main(int argc, char** argv) {
   add("plot", po::value(&plot_path), "PNG of efficiency and exposed comm vs ranks (gnuplot)");
   try {
     po::variables_map vm;
-    po::store(po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc))
-                  .options(desc)
-                  .run(),
-              vm);
+    const po::parsed_options parsed =
+        po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc)).options(desc).run();
+    mirror::tools::reject_stray_arguments(parsed);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
       return 0;

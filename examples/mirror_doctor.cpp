@@ -11,6 +11,7 @@
 
 #include "mirror/distributed/runtime.h"
 #include "mirror/gpu.h"
+#include "tools/command_line.h"
 #include "tools/doctor.h"
 
 namespace po = boost::program_options;
@@ -78,7 +79,9 @@ int main(int argc, char** argv) {
       "as in mirror-train: several ranks of a node may share a GPU");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(options).run();
+    mirror::tools::reject_stray_arguments(parsed);
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
     std::cerr << "mirror-doctor: " << e.what() << " (see mirror-doctor --help)\n";

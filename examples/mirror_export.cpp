@@ -12,6 +12,7 @@
 
 #include "mirror/error.h"
 #include "mirror/train/keras_weights.h"
+#include "tools/command_line.h"
 #include "tools/onnx_export.h"
 #include "tools/predict.h"
 
@@ -99,7 +100,9 @@ int main(int argc, char** argv) {
       "ignore checkpoint tensors the model spec does not have (an error otherwise)");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(options).run();
+    mirror::tools::reject_stray_arguments(parsed);
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
     std::cerr << "mirror-export: " << e.what() << " (see mirror-export --help)\n";

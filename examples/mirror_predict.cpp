@@ -8,6 +8,7 @@
 #include "mirror/distributed/device_selection.h"
 #include "mirror/distributed/runtime.h"
 #include "mirror/error.h"
+#include "tools/command_line.h"
 #include "tools/predict.h"
 
 namespace po = boost::program_options;
@@ -227,7 +228,9 @@ int main(int argc, char** argv) {
       "auto, gpu, gpu:N, cpu (as mirror-train; the first device of the rank runs)");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(options).run();
+    mirror::tools::reject_stray_arguments(parsed);
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
     std::cerr << "mirror-predict: " << e.what() << " (see mirror-predict --help)\n";

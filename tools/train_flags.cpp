@@ -12,6 +12,7 @@
 
 #include "mirror/error.h"
 #include "mirror/json_input.h"
+#include "tools/command_line.h"
 
 namespace mirror::train {
 namespace {
@@ -259,11 +260,12 @@ TrainFlags parse_train_flags(const std::vector<std::string>& args) {
   try {
     // No prefix matching: `--epoch 2` must not quietly mean `--epochs 2`.
     namespace style = po::command_line_style;
-    po::store(po::command_line_parser(args)
-                  .options(options)
-                  .style(style::default_style & ~style::allow_guessing)
-                  .run(),
-              vm);
+    const po::parsed_options parsed = po::command_line_parser(args)
+                                          .options(options)
+                                          .style(style::default_style & ~style::allow_guessing)
+                                          .run();
+    tools::reject_stray_arguments(parsed);
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw InvalidArgument(e.what());

@@ -59,6 +59,8 @@ grep -q '^verdict: will fall back to the CPU because ' "$work/cvd.txt" || fail "
 
 if "$doctor" --no-such-flag >"$work/bad.txt" 2>&1; then fail "unknown flag accepted"; fi
 grep -q "unrecognised option" "$work/bad.txt" || fail "unknown flag message: $(cat "$work/bad.txt")"
+if "$doctor" --json yes >"$work/stray.txt" 2>&1; then fail "a stray argument was accepted"; fi
+grep -q "unexpected argument 'yes'" "$work/stray.txt" || fail "stray argument message: $(cat "$work/stray.txt")"
 
 # Under mpirun rank 0 prints one report covering both ranks.
 if command -v mpirun >/dev/null 2>&1; then

@@ -71,6 +71,7 @@ done
 
 # ---- flags and config keys accepted silently before (item 8)
 expect prefix-epoch 2 "unrecognised option '--epoch'" -- "${base[@]}" --epoch 2
+expect stray-value 2 "unexpected argument 'yes'" -- "${base[@]}" --force-lr yes
 expect seed-negative 2 "seed must be a whole number from 0 to 18446744073709551615, got '-1'" -- "${base[@]}" --seed -1
 expect momentum 2 'momentum must be in \[0, 1\).*got 5' -- "${base[@]}" --optimizer sgd --momentum 5
 expect threads 2 'threads must be from 0 \(automatic\) to 1024, got 100000' -- --data synthetic --threads 100000
