@@ -69,6 +69,10 @@ std::vector<nn::ModelSpec> shipped_specs() {
   }
   out.push_back(nn::ModelSpec::from_file(fixture("keras/flatten-norm.mirror.json"))
                     .bind({{3, 4, 5}, DType::kFloat32, 4, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/unet.keras.json"))
+                    .bind({{1, 16, 16}, DType::kFloat32, 256, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/seq2seq_repeat.keras.json"))
+                    .bind({{10, 4}, DType::kFloat32, 18, 0}));
   return out;
 }
 

@@ -135,6 +135,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
     }
   }
   const std::size_t first_new = spec.layers_.size();
+  current_index = index;
   Fields f(where(index, type), config);
   const std::string t = lower(type);
   using Handler = std::vector<json> (ModelSpecParser::*)(Fields&, bool);
@@ -168,6 +169,22 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
        &ModelSpecParser::global_average_pooling2d},
       {{"average_pooling2d", "averagepooling2d", "avgpool2d"}, &ModelSpecParser::average_pooling2d},
       {{"zero_padding2d", "zeropadding2d"}, &ModelSpecParser::zero_padding2d},
+      // The layers Keras users combine with GRUs and CNNs (model_spec_layers_keras.cpp).
+      {{"reshape"}, &ModelSpecParser::reshape},
+      {{"permute"}, &ModelSpecParser::permute},
+      {{"repeat_vector", "repeatvector"}, &ModelSpecParser::repeat_vector},
+      {{"cropping2d"}, &ModelSpecParser::cropping2d},
+      {{"up_sampling2d", "upsampling2d"}, &ModelSpecParser::up_sampling2d},
+      {{"global_max_pooling2d", "globalmaxpooling2d", "globalmaxpool2d"},
+       &ModelSpecParser::global_max_pooling2d},
+      {{"spatial_dropout1d", "spatialdropout1d"}, &ModelSpecParser::spatial_dropout1d},
+      {{"spatial_dropout2d", "spatialdropout2d"}, &ModelSpecParser::spatial_dropout2d},
+      {{"time_distributed", "timedistributed"}, &ModelSpecParser::time_distributed},
+      {{"conv2d_transpose", "conv2dtranspose", "convolution2dtranspose"},
+       &ModelSpecParser::conv2d_transpose},
+      {{"multiply"}, &ModelSpecParser::multiply},
+      {{"subtract"}, &ModelSpecParser::subtract},
+      {{"average"}, &ModelSpecParser::average},
   };
   if (t == "input" || t == "inputlayer") {
     input(f, index);

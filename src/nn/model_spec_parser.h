@@ -3,6 +3,7 @@
 // model_spec.cpp, the per-layer parsers in model_spec_layers.cpp. Internal to src/nn.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -102,6 +103,27 @@ struct ModelSpecParser {
   std::vector<json> average_pooling2d(Fields& f, bool keras);
   /// padding: n, [rows, columns] or [[top, bottom], [left, right]] (Keras's three forms).
   std::vector<json> zero_padding2d(Fields& f, bool keras);
+
+  // ---- the layers Keras users combine with GRUs and CNNs (model_spec_layers_keras.cpp)
+  std::size_t current_index = 0;  // the layer being read (layer() sets it; for nested layers)
+  /// Keras's three forms of four sides (ZeroPadding2D's padding, Cropping2D's cropping): n,
+  /// [rows, columns] or [[top, bottom], [left, right]]; top, bottom, left, right.
+  std::array<std::int64_t, 4> four_sides(Fields& f, const std::string& name, std::int64_t fallback);
+  std::vector<json> reshape(Fields& f, bool keras);
+  std::vector<json> permute(Fields& f, bool keras);
+  std::vector<json> repeat_vector(Fields& f, bool);
+  std::vector<json> cropping2d(Fields& f, bool keras);
+  std::vector<json> up_sampling2d(Fields& f, bool keras);
+  std::vector<json> global_max_pooling2d(Fields& f, bool keras);
+  std::vector<json> spatial_dropout(Fields& f, bool keras, int rank);
+  std::vector<json> spatial_dropout1d(Fields& f, bool keras);
+  std::vector<json> spatial_dropout2d(Fields& f, bool keras);
+  std::vector<json> time_distributed(Fields& f, bool);
+  std::vector<json> conv2d_transpose(Fields& f, bool keras);
+  std::vector<json> merge(Fields& f, const char* type);
+  std::vector<json> multiply(Fields& f, bool) { return merge(f, "multiply"); }
+  std::vector<json> subtract(Fields& f, bool) { return merge(f, "subtract"); }
+  std::vector<json> average(Fields& f, bool) { return merge(f, "average"); }
 };
 
 }  // namespace mirror::nn

@@ -9,6 +9,7 @@
 #include "mirror/nn/conv1d.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/recurrent.h"
+#include "nn/model_spec_internal.h"
 
 namespace mirror::nn {
 
@@ -50,6 +51,7 @@ std::unique_ptr<Layer> make_graph_layer(const json& l) {
 /// One canonical layer (already validated by the parser and bind) as a Layer.
 std::unique_ptr<Layer> make_layer(const json& l) {
   const std::string type = l["type"].get<std::string>();
+  if (auto layer = detail::make_keras_layer(l, make_layer)) return layer;
   if (type == "conv2d") {
     return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
                                     as_int(l["kernel"][1]), as_int(l["strides"][0]),
@@ -101,6 +103,12 @@ std::unique_ptr<Layer> make_layer(const json& l) {
     return std::make_unique<ActivationLayer>(parse_activation(l["activation"]));
   throw InvalidArgument("make_model: unknown canonical layer " + l.dump());
 }
+
+}  // namespace
+
+std::unique_ptr<Layer> detail::make_canonical_layer(const json& l) { return make_layer(l); }
+
+namespace {
 
 DataShape image_data(const std::string& name, int num_classes) {
   DataShape d;

@@ -209,6 +209,55 @@ KerasConversion per_feature(const std::string& keras_class, std::vector<std::str
   return c;
 }
 
+// ---------------------------------------------------------------- wrappers
+
+/// TimeDistributed(layer): Keras keeps the wrapped layer's objects under "layer"; Mirror its
+/// tensors under "<inner kind>/" (TimeDistributed's parameter names).
+KerasLayerInfo inner_info(const KerasLayerInfo& info, const std::string& kind) {
+  KerasLayerInfo inner;
+  inner.spec = &(*info.spec)["layer"];
+  inner.name = info.name + "/" + kind;
+  const Shape& in = info.input_shapes.at(0);
+  inner.input_shapes = {Shape(in.begin() + 1, in.end())};
+  inner.output_shape = Shape(info.output_shape.begin() + 1, info.output_shape.end());
+  return inner;
+}
+
+const KerasConversion& inner_conversion(const KerasLayerInfo& info) {
+  const std::string type = (*info.spec)["layer"]["type"].get<std::string>();
+  const KerasConversion* c = find_keras_conversion(type);
+  MIRROR_CHECK(
+      c != nullptr && c->to_keras, InvalidArgument,
+      "Keras weights: layer " + info.name + " wraps a " + type + ", which has no Keras conversion");
+  return *c;
+}
+
+KerasConversion time_distributed() {
+  KerasConversion c;
+  c.keras_class = "time_distributed";
+  c.to_keras = [](const KerasLayerInfo& info, const LayerTensors& t) {
+    const std::string kind = t.begin()->first.substr(0, t.begin()->first.find('/'));
+    LayerTensors inner;
+    for (const auto& [what, value] : t) inner[what.substr(kind.size() + 1)] = value;
+    Vars out = inner_conversion(info).to_keras(inner_info(info, kind), inner);
+    for (KerasVariables& k : out) k.path = "layer" + (k.path.empty() ? "" : "/" + k.path);
+    return out;
+  };
+  c.from_keras = [](const KerasLayerInfo& info, const Vars& v) {
+    const std::string type = (*info.spec)["layer"]["type"].get<std::string>();
+    Vars inner = v;
+    for (KerasVariables& k : inner) k.path = k.path.size() > 6 ? k.path.substr(6) : "";
+    // The inner Layer's kind() names its tensors: for layers with weights it is their type.
+    const std::string& kind = type;
+    LayerTensors out;
+    for (auto& [what, value] : inner_conversion(info).from_keras(inner_info(info, kind), inner)) {
+      out[kind + "/" + what] = value;
+    }
+    return out;
+  };
+  return c;
+}
+
 KerasConversion order_rule(FeatureOrder rule) {
   KerasConversion c;
   c.feature_order = rule;
@@ -233,6 +282,14 @@ void register_builtin_keras_conversions(std::map<std::string, KerasConversion>& 
   for (const char* type : {"activation", "dropout"}) t[type] = order_rule(FeatureOrder::kPass);
   t["flatten"] = order_rule(FeatureOrder::kFlatten);
   t["add"] = order_rule(FeatureOrder::kMerge);
+  // The layers Keras users combine with GRUs and CNNs (nn/keras_layers.h, ...).
+  // Conv2DTranspose: Mirror [C, filters, kh, kw], Keras [kh, kw, filters, C].
+  t["conv2d_transpose"] = kernel_bias("conv2d_transpose", {2, 3, 1, 0}, {3, 2, 0, 1});
+  t["time_distributed"] = time_distributed();
+  for (const char* type : {"multiply", "subtract", "average", "maximum", "minimum"}) {
+    t[type] = order_rule(FeatureOrder::kMerge);
+  }
+  for (const char* type : {"relu", "leaky_relu", "elu"}) t[type] = order_rule(FeatureOrder::kPass);
   t["concatenate"] = order_rule(FeatureOrder::kConcat);
 }
 

@@ -13,7 +13,8 @@ usage: keras_twin.py MODEL predict WEIGHTS X.npy OUT.npy   Keras's outputs (x NC
        keras_twin.py compare TOL NAME GOT.npy WANT.npy     max |got - want| / max |want|
        keras_twin.py compare-weights TOL NAME GOT.h5 WANT.h5   the same for every layer variable
        keras_twin.py data KIND PREFIX N SEED               training arrays (KIND: images28, rows28,
-                                                           words, words-full, images, rows, images345)
+                                                           words, words-full, images, rows, images345,
+                                                           unet, seq2seq, images12, mobilenet, seq86)
        keras_twin.py --jobs FILE                           one of the above per line, one process
 MODEL is --keras FILE or --checkpoint FILE. Exit 1 when a job fails (each failure is printed)."""
 import json
@@ -47,14 +48,19 @@ def data(kind, prefix, n, seed):
     10 for the 28x28 images and rows the built-in models read)."""
     rng = np.random.default_rng(seed)
     shapes = {"images28": (1, 28, 28), "rows28": (28, 28), "images": (2, 12, 12), "rows": (12, 6),
-              "images345": (3, 4, 5)}
+              "images345": (3, 4, 5), "unet": (1, 16, 16), "seq2seq": (10, 4),
+              "images12": (3, 12, 12), "mobilenet": (3, 16, 16), "seq86": (8, 6)}
+    targets = {"unet": 256, "seq2seq": 18}  # float targets: regression (mse)
     if kind in shapes:
         x = rng.normal(0, 1, (n,) + shapes[kind]).astype(np.float32)
     else:
         x = tokens(rng, n, 16, 40, kind == "words-full")
-    classes = 10 if kind.endswith("28") else 4
-    y = np.arange(n) % classes  # every class present: the data's class count is the model's
     np.save(prefix + "_x.npy", x)
+    if kind in targets:
+        np.save(prefix + "_y.npy", rng.normal(0, 1, (n, targets[kind])).astype(np.float32))
+        return
+    classes = {"images28": 10, "rows28": 10, "mobilenet": 5}.get(kind, 4)
+    y = np.arange(n) % classes  # every class present: the data's class count is the model's
     np.save(prefix + "_y.npy", rng.permutation(y).astype(np.int64))
 
 
@@ -238,8 +244,9 @@ def run(args):
         model.load_weights(rest[0])
         x, y = keras_input(np.load(rest[1])), np.load(rest[2])
         softmax_out = model.layers[-1].get_config().get("activation") == "softmax"
-        model.compile(optimizer=keras.optimizers.SGD(float(rest[3])),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax_out))
+        loss = ("mse" if y.dtype.kind == "f" else
+                keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax_out))
+        model.compile(optimizer=keras.optimizers.SGD(float(rest[3])), loss=loss)
         model.train_on_batch(x, y)
         model.save_weights(rest[4])
     else:

@@ -26,7 +26,8 @@ twin="$here/keras_twin.py"
 python3 "$twin" data images28 img28 24 1 && python3 "$twin" data rows28 rows28 24 2 &&
   python3 "$twin" data words words 24 3 && python3 "$twin" data words-full wfull 24 4 &&
   python3 "$twin" data images imgs 24 5 && python3 "$twin" data rows rows 24 6 &&
-  python3 "$twin" data images345 img345 24 7 || fail "data"
+  python3 "$twin" data images345 img345 24 7 && python3 "$twin" data unet unet 24 8 &&
+  python3 "$twin" data seq2seq s2s 24 9 || fail "data"
 common=(--devices cpu --threads 1 --no-progress --seed 5 --optimizer sgd --momentum 0)
 
 # folded CHECKPOINT: whether its spec ends in a softmax that Mirror folded into the loss (Keras's
@@ -85,11 +86,16 @@ model coverage-images imgs 0.1 --model-spec coverage-images.json
 model coverage-seq rows 0.1 --model-spec "$root/tests/data/onnx/coverage-seq.json"
 model coverage-words wfull 0.1 --model-spec "$root/tests/data/onnx/coverage-words.json"
 model flatten-bn img345 0.1 --model-spec "$root/tests/data/keras/flatten-bn.mirror.json"
-for f in residual branches; do
-  model "$f" img28 0.1 --keras-json "$root/tests/data/keras/$f.keras.json" \
-    --model-spec "$root/tests/data/keras/$f.keras.json"
-done
-[ ${#steps[@]} -eq 15 ] || fail "expected 15 models, got ${#steps[@]}"
+# keras_model NAME DATA LR: a Keras functional fixture, read unchanged.
+keras_model() {
+  model "$1" "$2" "$3" --keras-json "$root/tests/data/keras/$1.keras.json" \
+    --model-spec "$root/tests/data/keras/$1.keras.json"
+}
+keras_model residual img28 0.1
+keras_model branches img28 0.1
+keras_model unet unet 0.1
+keras_model seq2seq_repeat s2s 0.1
+[ ${#steps[@]} -eq 17 ] || fail "expected 17 models, got ${#steps[@]}"
 
 echo "== Keras loads Mirror's weights (and takes its own first step)"
 printf '%s\n' "${jobs[@]}" >jobs1.txt
