@@ -153,6 +153,15 @@ nlohmann::json Conv2DTranspose::config() const {
 
 // ---------------------------------------------------------------- Multiply, Subtract, Average
 
+void detail::require_one_shape(const Layer& layer, const std::vector<Shape>& shapes,
+                               const std::vector<std::string>& names) {
+  for (std::size_t i = 1; i < shapes.size(); ++i) {
+    require(layer, shapes[i] == shapes[0],
+            "inputs must have one shape, but input '" + names[0] + "' is " + shape_str(shapes[0]) +
+                " and input '" + names[i] + "' is " + shape_str(shapes[i]) + " (per sample)");
+  }
+}
+
 ElementwiseMerge::ElementwiseMerge(Op op) : op_(op) {}
 
 std::string ElementwiseMerge::kind() const {
@@ -171,12 +180,7 @@ Shape ElementwiseMerge::build_inputs(const std::vector<Shape>& shapes,
                                      const std::vector<std::string>& names, DType, Device) {
   detail::require(*this, op_ != Op::kSubtract || shapes.size() == 2,
                   "subtracts exactly two inputs, got " + std::to_string(shapes.size()));
-  for (std::size_t i = 1; i < shapes.size(); ++i) {
-    detail::require(*this, shapes[i] == shapes[0],
-                    "inputs must have one shape, but input '" + names[0] + "' is " +
-                        shape_str(shapes[0]) + " and input '" + names[i] + "' is " +
-                        shape_str(shapes[i]) + " (per sample)");
-  }
+  detail::require_one_shape(*this, shapes, names);
   count_ = shapes.size();
   return shapes[0];
 }

@@ -136,6 +136,11 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
   }
   const std::size_t first_new = spec.layers_.size();
   current_index = index;
+  call_kwargs = json::object();
+  if (keras && entry.contains("inbound_nodes") && entry["inbound_nodes"].is_array() &&
+      !entry["inbound_nodes"].empty() && entry["inbound_nodes"][0].is_object()) {
+    call_kwargs = entry["inbound_nodes"][0].value("kwargs", json::object());
+  }
   Fields f(where(index, type), config);
   const std::string t = lower(type);
   using Handler = std::vector<json> (ModelSpecParser::*)(Fields&, bool);
@@ -185,6 +190,16 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       {{"multiply"}, &ModelSpecParser::multiply},
       {{"subtract"}, &ModelSpecParser::subtract},
       {{"average"}, &ModelSpecParser::average},
+      {{"maximum"}, &ModelSpecParser::maximum},
+      {{"minimum"}, &ModelSpecParser::minimum},
+      {{"leaky_relu", "leakyrelu"}, &ModelSpecParser::leaky_relu},
+      {{"elu"}, &ModelSpecParser::elu},
+      {{"depthwise_conv2d", "depthwiseconv2d"}, &ModelSpecParser::depthwise_conv2d},
+      {{"separable_conv2d", "separableconv2d", "separableconvolution2d"},
+       &ModelSpecParser::separable_conv2d},
+      {{"attention"}, &ModelSpecParser::dot_attention},
+      {{"additive_attention", "additiveattention"}, &ModelSpecParser::additive_attention},
+      {{"multi_head_attention", "multiheadattention"}, &ModelSpecParser::multi_head_attention},
   };
   if (t == "input" || t == "inputlayer") {
     input(f, index);

@@ -3,7 +3,9 @@
 // one place that decides output shapes and refuses inputs that do not fit.
 #include <set>
 
+#include "mirror/nn/attention.h"
 #include "mirror/nn/keras_layers.h"
+#include "mirror/nn/keras_ops_layers.h"
 #include "nn/model_spec_internal.h"
 
 namespace mirror::nn::detail {
@@ -65,11 +67,49 @@ std::unique_ptr<Layer> make_keras_layer(
   if (type == "subtract")
     return std::make_unique<ElementwiseMerge>(ElementwiseMerge::Op::kSubtract);
   if (type == "average") return std::make_unique<ElementwiseMerge>(ElementwiseMerge::Op::kAverage);
+  if (type == "maximum" || type == "minimum") return std::make_unique<Extremum>(type == "minimum");
+  if (type == "relu" || type == "leaky_relu" || type == "elu") {
+    ops::Eltwise f;
+    f.kind = type == "relu"         ? ops::Eltwise::Kind::kRelu
+             : type == "leaky_relu" ? ops::Eltwise::Kind::kLeakyRelu
+                                    : ops::Eltwise::Kind::kElu;
+    f.negative_slope = l.value("negative_slope", 0.0);
+    f.threshold = l.value("threshold", 0.0);
+    f.alpha = l.value("alpha", 1.0);
+    f.max_value =
+        l.contains("max_value") && l["max_value"].is_number() ? l["max_value"].get<double>() : -1.0;
+    return std::make_unique<ParametricActivation>(f);
+  }
+  if (type == "attention" || type == "additive_attention") {
+    return std::make_unique<Attention>(
+        type == "attention" ? Attention::Score::kDot : Attention::Score::kAdditive,
+        l["use_scale"].get<bool>(), l["dropout"].get<double>(), l["causal"].get<bool>());
+  }
+  if (type == "multi_head_attention") {
+    return std::make_unique<MultiHeadAttention>(as_int(l["num_heads"]), as_int(l["key_dim"]),
+                                                as_int(l["value_dim"]), l["dropout"].get<double>(),
+                                                l["use_bias"].get<bool>(), l.value("output_dim", 0),
+                                                l["causal"].get<bool>());
+  }
+  if (type == "depthwise_conv2d" || type == "separable_conv2d") {
+    return std::make_unique<DepthwiseConv2D>(
+        as_int(l["kernel"][0]), as_int(l["kernel"][1]), as_int(l["strides"][0]),
+        l["padding"] == "same" ? Padding::kSame : Padding::kValid, as_int(l["depth_multiplier"]),
+        parse_activation(l["activation"].get<std::string>()), l["use_bias"].get<bool>(),
+        type == "separable_conv2d" ? as_int(l["filters"]) : 0);
+  }
   return nullptr;
 }
 
 bool is_keras_merge(const std::string& type) {
-  static const std::set<std::string> merges = {"multiply", "subtract", "average"};
+  static const std::set<std::string> merges = {"multiply",
+                                               "subtract",
+                                               "average",
+                                               "maximum",
+                                               "minimum",
+                                               "attention",
+                                               "additive_attention",
+                                               "multi_head_attention"};
   return merges.count(type) > 0;
 }
 

@@ -304,6 +304,13 @@ std::vector<json> ModelSpecParser::activation(Fields& f, bool) {
   std::string field;
   const json* given = f.take("activation", "", &field);
   if (!given) f.fail("activation", "required");
+  // relu6, leaky_relu, elu: Mirror's parametric activation layers (model_spec_layers_keras.cpp).
+  if (given->is_string()) {
+    if (auto layer = activation_layer_for(lower(given->get<std::string>()))) {
+      f.finish({"batch_input_shape", "input_shape"});
+      return {*layer};
+    }
+  }
   // GELU is an Activation layer only (its gradient needs the layer's input).
   if (given->is_string() && lower(given->get<std::string>()) == "gelu") {
     f.require_bool("approximate", false, "Mirror's GELU is the exact (erf) form");
@@ -313,14 +320,6 @@ std::vector<json> ModelSpecParser::activation(Fields& f, bool) {
   const std::string act = activation_field(f, "activation", "linear");
   f.finish({"batch_input_shape", "input_shape"});
   return {{{"type", "activation"}, {"activation", act}}};
-}
-
-std::vector<json> ModelSpecParser::relu(Fields& f, bool) {
-  f.require_null("max_value", "Mirror's relu is unbounded");
-  if (f.number("negative_slope", "", 0.0) != 0.0) f.fail("negative_slope", "only 0 is supported");
-  if (f.number("threshold", "", 0.0) != 0.0) f.fail("threshold", "only 0 is supported");
-  f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "activation"}, {"activation", "relu"}}};
 }
 
 /// Keras's axis -1 (channels_last) is Mirror's channel axis; NCHW users may write 1 with

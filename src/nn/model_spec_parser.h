@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,11 +120,37 @@ struct ModelSpecParser {
   std::vector<json> spatial_dropout1d(Fields& f, bool keras);
   std::vector<json> spatial_dropout2d(Fields& f, bool keras);
   std::vector<json> time_distributed(Fields& f, bool);
+  /// A 2-D convolution's kernel / kernel_size (required) and one stride (dilation 1 only).
+  struct Window {
+    std::array<std::int64_t, 2> kernel;
+    std::int64_t stride;
+  };
+  Window window(Fields& f);
   std::vector<json> conv2d_transpose(Fields& f, bool keras);
   std::vector<json> merge(Fields& f, const char* type);
   std::vector<json> multiply(Fields& f, bool) { return merge(f, "multiply"); }
   std::vector<json> subtract(Fields& f, bool) { return merge(f, "subtract"); }
   std::vector<json> average(Fields& f, bool) { return merge(f, "average"); }
+  std::vector<json> maximum(Fields& f, bool) { return merge(f, "maximum"); }
+  std::vector<json> minimum(Fields& f, bool) { return merge(f, "minimum"); }
+  /// Keras's ReLU(max_value, negative_slope, threshold) as its canonical layer (max_value < 0:
+  /// none).
+  json relu_layer(double max_value, double slope, double threshold);
+  std::vector<json> leaky_relu(Fields& f, bool);
+  std::vector<json> elu(Fields& f, bool);
+  /// The layer an Activation(name) makes when `name` is a parametric activation (relu6,
+  /// leaky_relu, elu); std::nullopt otherwise.
+  std::optional<json> activation_layer_for(const std::string& name);
+  std::vector<json> depthwise(Fields& f, bool keras, bool separable);
+  /// The functional node's keyword arguments of the layer being read (Keras 3 "kwargs": the
+  /// attention layers' use_causal_mask); empty for other sources.
+  json call_kwargs = json::object();
+  std::vector<json> attention(Fields& f, bool additive);
+  std::vector<json> dot_attention(Fields& f, bool) { return attention(f, false); }
+  std::vector<json> additive_attention(Fields& f, bool) { return attention(f, true); }
+  std::vector<json> multi_head_attention(Fields& f, bool);
+  std::vector<json> depthwise_conv2d(Fields& f, bool keras) { return depthwise(f, keras, false); }
+  std::vector<json> separable_conv2d(Fields& f, bool keras) { return depthwise(f, keras, true); }
 };
 
 }  // namespace mirror::nn

@@ -32,6 +32,9 @@ class Reshape : public Layer {
  public:
   Reshape(Shape target, bool channels_last);
   std::string kind() const override { return "reshape"; }
+  bool channels_last() const { return channels_last_; }
+  /// The output in Keras's order (-1 resolved), after build.
+  const Shape& keras_output() const { return keras_out_; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
@@ -50,6 +53,8 @@ class Permute : public Layer {
  public:
   Permute(std::vector<int> dims, bool channels_last);
   std::string kind() const override { return "permute"; }
+  /// Output sample axis i is input sample axis axes()[i] (Mirror's layouts), after build.
+  const std::vector<int>& axes() const { return axes_; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
@@ -188,6 +193,8 @@ class Conv2DTranspose : public Layer {
   Conv2DTranspose(int filters, int kernel_h, int kernel_w, int stride, Padding padding,
                   Activation act, bool use_bias);
   std::string kind() const override { return "conv2d_transpose"; }
+  /// The Conv2D from the output to the input whose adjoint this is, after build.
+  const ops::Conv2DGeometry& geometry() const { return geometry_; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
@@ -231,6 +238,9 @@ namespace detail {
 Tensor permute_samples(const Tensor& x, const std::vector<int>& axes);
 /// The throwing check "<name> (<kind>): <what>" of the layers here.
 void require(const Layer& layer, bool ok, const std::string& what);
+/// An element-wise merge's inputs: one shape, named in the error otherwise.
+void require_one_shape(const Layer& layer, const std::vector<Shape>& shapes,
+                       const std::vector<std::string>& names);
 }  // namespace detail
 
 }  // namespace mirror::nn

@@ -129,13 +129,13 @@ def image_layers():
 def sequence_layers():
     x = inp = keras.Input((8, 6))
     x = L.SpatialDropout1D(0.2)(L.Conv1D(8, 3, padding="same")(x))
-    q = L.Dense(8)(x)
+    q = L.TimeDistributed(L.Dense(8))(x)
     att = L.Attention(use_scale=True, dropout=0.1)([q, x])
     add = L.AdditiveAttention()([q, x, x])
-    mha = L.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, output_shape=6)(
-        q, x, use_causal_mask=True)
-    x = L.Concatenate()([att, add, mha])
-    x = L.Reshape((8 * 22,))(x)
+    # value_dim = key_dim: Keras 3.15's JAX backend refuses others in its fused attention.
+    mha = L.MultiHeadAttention(num_heads=2, key_dim=4, output_shape=8)(q, x, use_causal_mask=True)
+    x = L.Add()([att, add, mha])
+    x = L.Reshape((8 * 8,))(x)
     out = L.Dense(4, activation="softmax")(x)
     return keras.Model(inp, out, name="sequence_layers")
 
