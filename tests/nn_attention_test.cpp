@@ -165,7 +165,8 @@ void expect_merge_gradients(MergeLayer& layer, std::vector<Tensor> xs, ForwardCo
     EXPECT_LE(testing::relative_error(analytic, numeric), 1e-6) << what;
   };
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    check(v(grads[i]), testing::numeric_gradient(xs[i], loss), layer.kind() + " input " + std::to_string(i));
+    check(v(grads[i]), testing::numeric_gradient(xs[i], loss),
+          layer.kind() + " input " + std::to_string(i));
   }
   for (Parameter* p : layer.parameters()) {
     check(v(p->grad), testing::numeric_gradient(p->value, loss), p->name);

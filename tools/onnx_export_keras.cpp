@@ -14,7 +14,6 @@
 namespace mirror::onnx::detail {
 namespace {
 
-
 std::string reshape_to(Ctx& c, const std::string& x, std::vector<std::int64_t> dims) {
   return c.b.op("Reshape", {x, c.b.ints(std::move(dims))});
 }
