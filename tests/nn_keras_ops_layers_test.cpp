@@ -11,6 +11,7 @@
 
 #include "gradcheck.h"
 #include "mirror/nn/models.h"
+#include "mirror/precision.h"
 
 namespace mirror::nn {
 namespace {
@@ -211,6 +212,26 @@ TEST(BatchedGemm, IsOneGemmPerMatrix) {
       }
     }
   }
+}
+
+// Mixed precision: the batched products (attention's) follow the math mode like gemm: under
+// mixed_float16 they are the float32 products of operands rounded to fp16.
+TEST(BatchedGemm, FollowsTheMathMode) {
+  const Tensor a = ops::cast(random_tensor({2, 3, 5}, 7), DType::kFloat32);
+  const Tensor b = ops::cast(random_tensor({2, 5, 4}, 8), DType::kFloat32);
+  auto half = [](const Tensor& t) {
+    return ops::cast(ops::cast(t, DType::kFloat16), DType::kFloat32);
+  };
+  Tensor mixed = Tensor::zeros({2, 3, 4}, DType::kFloat32), rounded = mixed.clone(),
+         exact = mixed.clone();
+  {
+    ScopedMathMode mode(MathMode::kFloat16);
+    ops::batched_gemm(false, false, 1.0, a, b, 0.0, mixed);
+  }
+  ops::batched_gemm(false, false, 1.0, half(a), half(b), 0.0, rounded);
+  ops::batched_gemm(false, false, 1.0, a, b, 0.0, exact);
+  EXPECT_EQ(v(ops::cast(mixed, DType::kFloat64)), v(ops::cast(rounded, DType::kFloat64)));
+  EXPECT_NE(v(ops::cast(mixed, DType::kFloat64)), v(ops::cast(exact, DType::kFloat64)));
 }
 
 TEST(AttentionSoftmax, MasksKeysQueriesAndTheFuture) {
