@@ -4,7 +4,10 @@ backward, Adam update) of the same models, printed in the same format; on the CP
 twin of step-bench) or on a GPU (the twin of `mirror-bench train --devices gpu --replicas 1`).
 
   python3 bench/step_torch.py [--model cnn,gru-rows] [--batch 64] [--steps 20] [--warmup 3]
-                              [--threads 1] [--device cpu|cuda|cuda:N]
+                              [--threads 1] [--device cpu|cuda|cuda:N] [--ranks R]
+
+--ranks R runs R processes with DistributedDataParallel over gloo (the twin of mirror-train under
+mpirun -np R on CPUs; bench/attention_ranks.sh).
 
 On a GPU each step copies its batch from host memory (as Mirror's step does) and ends with a
 device synchronize, so the time is the step's completion, not its launch. No usable GPU with
@@ -96,6 +99,32 @@ def make_resnet():
     return nn.Sequential(*layers)
 
 
+class GruMha(nn.Module):
+    """bench/gru-mha.json: ids [N, T] (0 = trailing padding) -> Embedding(32) -> GRU(64) over
+    each sequence's own length (packed, as Mirror's lengths) -> nn.MultiheadAttention(4 heads)
+    self-attention with the padded keys masked -> residual add -> LayerNorm -> mean over the valid
+    steps -> Linear(classes)."""
+
+    def __init__(self, vocab, classes):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, 32, padding_idx=0)
+        self.gru = nn.GRU(32, 64, batch_first=True)
+        self.attention = nn.MultiheadAttention(64, 4, batch_first=True)
+        self.norm = nn.LayerNorm(64, eps=1e-3)
+        self.dense = nn.Linear(64, classes)
+
+    def forward(self, ids):
+        lengths = (ids != 0).sum(1)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embedding(ids), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        g, _ = nn.utils.rnn.pad_packed_sequence(self.gru(packed)[0], batch_first=True,
+                                                total_length=ids.shape[1])
+        pad = ids == 0
+        a, _ = self.attention(g, g, g, key_padding_mask=pad, need_weights=False)
+        n = self.norm(g + a) * (~pad).unsqueeze(2)
+        return self.dense(n.sum(1) / lengths.unsqueeze(1))
+
+
 def make_model(name):
     if name == "cnn":  # nn::make_cnn: the TensorFlow layers-tutorial CNN
         return nn.Sequential(
@@ -113,20 +142,41 @@ def make_model(name):
         return RowBi("lstm"), (28, 28)
     if name == "resnet":
         return make_resnet(), (1, 28, 28)
+    if name == "gru-mha":
+        return GruMha(TOKENS_VOCAB, TOKENS_CLASSES), None
     raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows, lstm-rows, bigru-rows, "
-                     f"bilstm-rows or resnet")
+                     f"bilstm-rows, resnet or gru-mha")
+
+
+# gru-mha's data: padded token ids with lengths from 4 to 32 (bench/attention_ranks.sh writes the
+# same arrays for Mirror).
+TOKENS_VOCAB, TOKENS_CLASSES, TOKENS_STEPS = 1000, 5, 32
+
+
+def token_batch(batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, TOKENS_VOCAB, (batch, TOKENS_STEPS), generator=g)
+    lengths = torch.randint(4, TOKENS_STEPS + 1, (batch,), generator=g)
+    ids[torch.arange(TOKENS_STEPS).unsqueeze(0) >= lengths.unsqueeze(1)] = 0
+    return ids, torch.randint(0, TOKENS_CLASSES, (batch,), generator=g)
 
 
 AUTOCAST = {"float32": None, "mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}
 
 
-def time_model(name, batch, warmup, steps, device, precision="float32"):
+def time_model(name, batch, warmup, steps, device, precision="float32", rank=None):
+    """rank: this process's rank of a DistributedDataParallel job (gloo), or None alone."""
     torch.manual_seed(1)
     model, shape = make_model(name)
     model.to(device).train()
     params = sum(p.numel() for p in model.parameters())
-    x = torch.rand(batch, *shape)
-    y = torch.randint(0, 10, (batch,))
+    if rank is not None:
+        model = nn.parallel.DistributedDataParallel(model)
+    if shape is None:
+        x, y = token_batch(batch, 7 + (rank or 0))
+    else:
+        x = torch.rand(batch, *shape)
+        y = torch.randint(0, 10, (batch,))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     on_gpu = device.type == "cuda"
@@ -154,8 +204,28 @@ def time_model(name, batch, warmup, steps, device, precision="float32"):
     return statistics.median(ms), min(ms), statistics.median(cpu), params
 
 
+def ddp_worker(rank, args, port):
+    """One rank of --ranks R: DistributedDataParallel over gloo, batch --batch per rank; rank 0
+    prints its step times (which include waiting for the gradient all-reduce)."""
+    import torch.distributed as dist
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=args.ranks)
+    for name in filter(None, args.model.split(",")):
+        median, low, cpu, params = time_model(name, args.batch, args.warmup, args.steps,
+                                              torch.device("cpu"), args.precision, rank)
+        if rank == 0:
+            print(f"torch {name} {args.precision} ranks={args.ranks} batch={args.batch}/rank "
+                  f"threads={args.threads}: median {median:.2f} ms/step (min {low:.2f}, cpu "
+                  f"{cpu:.2f} ms/step, {args.steps} steps, {params} parameters, DDP gloo, torch "
+                  f"{torch.__version__})", flush=True)
+    dist.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="R > 1: R processes, DistributedDataParallel over gloo (CPU)")
     ap.add_argument("--model", default="cnn,gru-rows")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=3)
@@ -165,6 +235,13 @@ def main():
     ap.add_argument("--precision", default="float32", choices=sorted(AUTOCAST),
                     help="mixed_*: the step under torch.autocast with that dtype")
     args = ap.parse_args()
+    if args.ranks > 1:
+        import socket
+        with socket.socket() as sock:  # a free port for the rendezvous
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        torch.multiprocessing.spawn(ddp_worker, args=(args, port), nprocs=args.ranks)
+        return
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     where = ""

@@ -47,6 +47,14 @@ void write_file(const std::string& path, const std::string& bytes) {
 }
 
 void export_keras(const mirror::predict::CheckpointModel& ck, const std::string& path) {
+  // Keras 3's load_weights picks the format by name: only *.weights.h5 is read as this layout.
+  const std::string suffix = ".weights.h5";
+  MIRROR_CHECK(path.size() >= suffix.size() &&
+                   path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0,
+               mirror::InvalidArgument,
+               "--keras-weights " + path +
+                   ": the name must end in .weights.h5, the only name Keras 3's load_weights "
+                   "reads as this layout (a plain .h5 is read as Keras's legacy format)");
   const auto variables = mirror::train::to_keras_weights(ck.spec, ck.weights);
   mirror::train::write_keras_weights_file(path, variables);
   std::size_t count = 0;

@@ -371,7 +371,7 @@ TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
       {R"([{"type": "gru", "units": 3, "recurrent_initializer": "glorot_uniform"}])",
        {"field 'recurrent_initializer'", "Orthogonal"}},
       {R"([{"type": "gru"}])", {"layer 0 (gru)", "field 'units'", "required"}},
-      {R"([{"type": "relu", "max_value": 6}])", {"field 'max_value'"}},
+      {R"([{"type": "relu", "max_value": -1}])", {"field 'max_value'", ">= 0"}},
       {R"([{"type": "activation"}])", {"field 'activation'", "required"}},
       {R"([{"type": "conv2d", "filters": 2, "kernel": 3}, {"type": "maxpool2d", "data_format": "channels_last"}])",
        {"layer 1 (maxpool2d)", "field 'data_format'", "one layout"}},

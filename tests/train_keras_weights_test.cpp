@@ -69,6 +69,18 @@ std::vector<nn::ModelSpec> shipped_specs() {
   }
   out.push_back(nn::ModelSpec::from_file(fixture("keras/flatten-norm.mirror.json"))
                     .bind({{3, 4, 5}, DType::kFloat32, 4, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/unet.keras.json"))
+                    .bind({{1, 16, 16}, DType::kFloat32, 256, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/seq2seq_repeat.keras.json"))
+                    .bind({{10, 4}, DType::kFloat32, 18, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/mobilenet_block.keras.json"))
+                    .bind({{3, 16, 16}, DType::kFloat32, 5, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/image_layers.keras.json"))
+                    .bind({{3, 12, 12}, DType::kFloat32, 4, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/sequence_layers.keras.json"))
+                    .bind({{8, 6}, DType::kFloat32, 4, 0}));
+  out.push_back(nn::ModelSpec::from_file(fixture("keras/gru-mha.mirror.json"))
+                    .bind({{16}, DType::kInt32, 5, 40}));
   return out;
 }
 

@@ -201,10 +201,20 @@ std::string export_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& x
   }
   if (std::string y; export_sequence_layer(c, l, x, in, y)) return y;
   if (std::string y; export_preprocessing_layer(c, l, x, in, y)) return y;
+  if (std::string y; export_keras_layer(c, l, xs, in, y)) return y;
   throw InvalidArgument("layer " + l.name() + " (" + kind +
                         ") cannot be exported to ONNX: mirror-export has no exact mapping for "
                         "it (docs/predict-export.md lists the supported layers)");
 }
+
+}  // namespace
+
+std::string detail::export_any_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& xs,
+                                     const Shape& in) {
+  return export_layer(c, l, xs, in);
+}
+
+namespace {
 
 std::vector<std::string> dims(const Shape& sample, const std::string& batch, bool dynamic_t) {
   std::vector<std::string> out = {batch};

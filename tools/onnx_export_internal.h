@@ -31,9 +31,21 @@ std::string transpose(Ctx& c, const std::string& x, std::vector<std::int64_t> pe
 /// Masking's lengths of x: ids [N, T] (`tokens`) or floats [N, T, F]: 1 + the last step with a
 /// non-zero id / feature, at least 1. int64 [N].
 std::string lengths_of_input(Ctx& c, const std::string& x, bool tokens);
-/// x [N, T, C] with every step at or past its sequence's length replaced by `fill`.
+/// T of x [N, T, ...] as an int64 scalar.
+std::string steps_of(Ctx& c, const std::string& x);
+/// bool [N, T, 1]: step t < lengths[n] of x [N, T, C].
+std::string valid_steps(Ctx& c, const std::string& x, const std::string& lengths);
+/// x with every step at or past its sequence's length replaced by `fill`.
 std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill);
-/// Rescaling, Normalization, Resizing and CenterCrop; false for other kinds.
+/// Any layer (export_onnx's own mapping): a wrapped layer's (TimeDistributed's).
+std::string export_any_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& xs,
+                             const Shape& in);
+/// The layers of nn/keras_layers.h, nn/keras_ops_layers.h and nn/attention.h
+/// (onnx_export_keras.cpp); false for other kinds.
+bool export_keras_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& xs, const Shape& in,
+                        std::string& y);
+/// Rescaling, Normalization, Resizing and CenterCrop (onnx_export_preprocessing.cpp); false for
+/// other kinds.
 bool export_preprocessing_layer(Ctx& c, nn::Layer& l, const std::string& x, const Shape& in,
                                 std::string& y);
 /// The GRU, LSTM, Bidirectional, Conv1D and 1-D pooling layers; false for other kinds.

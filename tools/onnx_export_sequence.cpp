@@ -18,18 +18,25 @@ std::string cast(Ctx& c, const std::string& x, int to) {
   return c.b.op("Cast", {x}, {attr("to", to)});
 }
 
-/// T of x [N, T, ...] as an int64 scalar.
+}  // namespace
+
+// steps_of, valid_steps, fill_past: declared in onnx_export_internal.h.
 std::string steps_of(Ctx& c, const std::string& x) {
   return c.b.op("Gather", {c.b.op("Shape", {x}), c.b.scalar_i64(1)}, {attr("axis", 0)});
 }
 
-/// bool [N, T, 1]: step t < lengths[n] of x [N, T, C].
 std::string valid_steps(Ctx& c, const std::string& x, const std::string& lengths) {
   const std::string steps = c.b.op("Range", {c.b.scalar_i64(0), steps_of(c, x), c.b.scalar_i64(1)});
   const std::string lt = c.b.op("Less", {c.b.op("Unsqueeze", {steps, c.b.ints({0})}),
                                          c.b.op("Unsqueeze", {lengths, c.b.ints({1})})});
   return c.b.op("Unsqueeze", {lt, c.b.ints({2})});
 }
+
+std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill) {
+  return c.b.op("Where", {valid_steps(c, x, lengths), x, c.b.scalar_f(fill)});
+}
+
+namespace {
 
 /// Mirror's window_output_length on the lengths tensor (include/mirror/nn/conv1d.h).
 std::string window_lengths(Ctx& c, const std::string& lengths, const std::string& padding,
@@ -237,10 +244,6 @@ std::string recurrent(Ctx& c, nn::Layer& l, const std::vector<nn::Recurrent*>& d
 }
 
 }  // namespace
-
-std::string fill_past(Ctx& c, const std::string& x, const std::string& lengths, float fill) {
-  return c.b.op("Where", {valid_steps(c, x, lengths), x, c.b.scalar_f(fill)});
-}
 
 std::string lengths_of_input(Ctx& c, const std::string& x, bool tokens) {
   std::string any = tokens

@@ -37,6 +37,10 @@ void bias_grad(const Tensor& dy, Tensor& dbias);
 struct Conv2DGeometry {
   int stride_h = 1, stride_w = 1;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  /// Grouped convolution: the C input and O output channels form `groups` groups (both divisible
+  /// by it); output channel o reads the C / groups input channels of group o / (O / groups), and
+  /// the kernel is [O, C / groups, KH, KW]. groups = C is a depthwise convolution.
+  int groups = 1;
   /// TensorFlow's "same" padding for an input size and kernel/stride; "valid" is all zeros.
   static Conv2DGeometry same(int in_h, int in_w, int k_h, int k_w, int stride_h, int stride_w);
   static Conv2DGeometry valid(int stride_h, int stride_w);
@@ -44,7 +48,7 @@ struct Conv2DGeometry {
   int out_w(int in_w, int k_w) const { return (in_w + pad_left + pad_right - k_w) / stride_w + 1; }
 };
 
-/// y = conv(x[N,C,H,W], w[O,C,KH,KW]) (+ bias[O] when defined) -> [N,O,OH,OW].
+/// y = conv(x[N,C,H,W], w[O,C/groups,KH,KW]) (+ bias[O] when defined) -> [N,O,OH,OW].
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Conv2DGeometry& g);
 /// dx = conv_transpose(dy, w) -> shape of x (`x_shape`). Overwrites (returns new).
@@ -331,6 +335,44 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double 
 /// Adam / AdamW (decoupled = true) with bias correction at 1-based `step`.
 void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
                  double beta2, double eps, double weight_decay, bool decoupled, std::int64_t step);
+
+// ---------------------------------------------------------------- Keras's layers
+/// Note [Parametric activations]: Keras's ReLU layer (max_value, negative_slope, threshold; relu6),
+/// LeakyReLU and ELU, differentiated through their INPUT (src/math/keras_activations.h):
+///   relu:       y = clip(x > threshold ? x : 0, 0, max_value) - negative_slope * max(threshold - x, 0)
+///               (threshold 0: max(x, 0) before the clip; no clip when max_value < 0)
+///   leaky_relu: y = x >= 0 ? x : negative_slope * x
+///   elu:        y = x > 0 ? x : alpha * (exp(x) - 1)
+struct Eltwise {
+  enum class Kind { kRelu, kLeakyRelu, kElu };
+  Kind kind = Kind::kRelu;
+  double negative_slope = 0, threshold = 0, alpha = 1;
+  double max_value = -1;  // < 0: no upper clip
+};
+Tensor eltwise_forward(const Eltwise& f, const Tensor& x);
+Tensor eltwise_backward(const Eltwise& f, const Tensor& x, const Tensor& dy);
+/// y = max(a, b) (minimum: min(a, b)) element-wise; `mask` receives 1 where a was taken (ties
+/// included) and 0 where b was, so d a = dy * mask and d b = dy - d a.
+Tensor extremum(const Tensor& a, const Tensor& b, bool minimum, Tensor& mask);
+/// c[i] = alpha op(a[i]) op(b[i]) + beta c[i] for each matrix i of 3-D row-major a, b, c (their
+/// first dimension B), as gemm does for one.
+void batched_gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
+                  double beta, Tensor& c);
+/// The masks of Keras's attention layers over scores [N * heads, Tq, Tk] (block b belongs to
+/// sample b / heads): a key at or past its sample's length is masked, so is every score of a
+/// query at or past it when `mask_queries` (MultiHeadAttention), and key j > query i when
+/// `causal`. Empty `lengths`: no padding.
+struct AttentionMask {
+  std::vector<std::int32_t> lengths;
+  int heads = 1;
+  bool mask_queries = false;
+  bool causal = false;
+};
+/// Softmax over the last axis with masked scores replaced by -1e9 (Keras's large negative), so a
+/// row whose every key is masked (a padded query) is uniform, as in Keras.
+Tensor attention_softmax(const Tensor& scores, const AttentionMask& m);
+/// d scores for d probs (probs from attention_softmax): p (dp - sum(dp p)), 0 where masked.
+Tensor attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, const AttentionMask& m);
 
 /// 64-bit FNV-1a hash of the raw bytes (any device): the replica-divergence fingerprint.
 std::uint64_t fingerprint(const Tensor& a);

@@ -20,28 +20,33 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 /// Every size a convolution depends on. Asymmetric padding maps onto oneDNN's padding_l
-/// ({top, left}) and padding_r ({bottom, right}).
+/// ({top, left}) and padding_r ({bottom, right}); groups onto 5-D (goihw) weights.
 struct ConvDims {
   std::int64_t n, c, h, w, o, kh, kw, oh, ow;
+  std::int64_t groups, cg, og;  // groups, input and output channels per group
   ops::Conv2DGeometry g;
 
   ConvDims(const Shape& x, const Shape& k, const ops::Conv2DGeometry& geo)
-      : n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(k[0]), kh(k[2]), kw(k[3]), g(geo) {
+      : n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(k[0]), kh(k[2]), kw(k[3]), groups(geo.groups),
+        cg(k[1]), og(k[0] / geo.groups), g(geo) {
     oh = g.out_h(static_cast<int>(h), static_cast<int>(kh));
     ow = g.out_w(static_cast<int>(w), static_cast<int>(kw));
   }
   /// Multiply-adds of one pass (decides whether the reference loops fork threads).
-  std::int64_t macs() const { return n * o * oh * ow * c * kh * kw; }
+  std::int64_t macs() const { return n * o * oh * ow * cg * kh * kw; }
   /// `in`: the data type of the primitive's inputs (f32, or bf16 under MathMode::kBFloat16).
   std::string key(const char* kind, bool bias, dt in) const {
     std::string s = std::string(kind) + (in == dt::bf16 ? ",bf16" : ",f32");
-    for (std::int64_t v : {n, c, h, w, o, kh, kw}) s += "," + std::to_string(v);
+    for (std::int64_t v : {n, c, h, w, o, kh, kw, groups}) s += "," + std::to_string(v);
     for (int v : {g.stride_h, g.stride_w, g.pad_top, g.pad_bottom, g.pad_left, g.pad_right})
       s += "," + std::to_string(v);
     return s + (bias ? ",b" : ",-");
   }
   dnnl::memory::desc src() const { return {{n, c, h, w}, dt::f32, tag::nchw}; }
-  dnnl::memory::desc weights() const { return {{o, c, kh, kw}, dt::f32, tag::oihw}; }
+  dnnl::memory::desc weights() const {
+    if (groups == 1) return {{o, c, kh, kw}, dt::f32, tag::oihw};
+    return {{groups, og, cg, kh, kw}, dt::f32, tag::goihw};  // Mirror's [O, C/g, KH, KW] memory
+  }
   dnnl::memory::desc bias() const { return {{o}, dt::f32, tag::x}; }
   dnnl::memory::desc dst() const { return {{n, o, oh, ow}, dt::f32, tag::nchw}; }
   dnnl::memory::dims strides() const { return {g.stride_h, g.stride_w}; }
@@ -68,7 +73,8 @@ dnnl::memory::desc activation(const dnnl::memory::desc& plain, Layouts l, dt typ
   return {plain.dims(), type, l == Layouts::kAny ? tag::any : tag::nhwc};
 }
 dnnl::memory::desc weights_in(const dnnl::memory::desc& plain, Layouts l, dt type = dt::f32) {
-  return {plain.dims(), type, l == Layouts::kPlain ? tag::oihw : tag::any};
+  const tag plain_tag = plain.dims().size() == 5 ? tag::goihw : tag::oihw;
+  return {plain.dims(), type, l == Layouts::kPlain ? plain_tag : tag::any};
 }
 bool padded(const dnnl::memory::desc& md) {
   std::size_t elements = 1;
@@ -221,11 +227,11 @@ Tensor conv_forward_ref(const Tensor& x, const Tensor& w, const Tensor& bias, co
   const auto& g = d.g;
 #pragma omp parallel for schedule(static) if (d.macs() > kParallelGrain)
   for (std::int64_t no = 0; no < d.n * d.o; ++no) {
-    const std::int64_t n = no / d.o, o = no % d.o;
+    const std::int64_t n = no / d.o, o = no % d.o, c0 = o / d.og * d.cg;  // its group's channels
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
       for (std::int64_t ow = 0; ow < d.ow; ++ow) {
         double acc = bp ? bp[o] : 0.0;
-        for (std::int64_t c = 0; c < d.c; ++c) {
+        for (std::int64_t c = c0; c < c0 + d.cg; ++c) {
           for (std::int64_t i = 0; i < d.kh; ++i) {
             const std::int64_t ih = oh * g.stride_h - g.pad_top + i;
             if (ih < 0 || ih >= d.h) continue;
@@ -233,7 +239,7 @@ Tensor conv_forward_ref(const Tensor& x, const Tensor& w, const Tensor& bias, co
               const std::int64_t iw = ow * g.stride_w - g.pad_left + j;
               if (iw < 0 || iw >= d.w) continue;
               acc += xp[((n * d.c + c) * d.h + ih) * d.w + iw] *
-                     wp[((o * d.c + c) * d.kh + i) * d.kw + j];
+                     wp[((o * d.cg + c - c0) * d.kh + i) * d.kw + j];
             }
           }
         }
@@ -254,7 +260,7 @@ Tensor conv_backward_data_ref(const Tensor& dy, const Tensor& w, DType dtype, co
   const auto& g = d.g;
 #pragma omp parallel for schedule(static) if (d.macs() > kParallelGrain)
   for (std::int64_t nc = 0; nc < d.n * d.c; ++nc) {
-    const std::int64_t n = nc / d.c, c = nc % d.c;
+    const std::int64_t n = nc / d.c, c = nc % d.c, o0 = c / d.cg * d.og;  // its group's outputs
     for (std::int64_t ih = 0; ih < d.h; ++ih) {
       for (std::int64_t iw = 0; iw < d.w; ++iw) {
         double acc = 0;
@@ -264,9 +270,9 @@ Tensor conv_backward_data_ref(const Tensor& dy, const Tensor& w, DType dtype, co
           for (std::int64_t j = 0; j < d.kw; ++j) {
             const std::int64_t tw = iw + g.pad_left - j;
             if (tw < 0 || tw % g.stride_w != 0 || tw / g.stride_w >= d.ow) continue;
-            for (std::int64_t o = 0; o < d.o; ++o) {
+            for (std::int64_t o = o0; o < o0 + d.og; ++o) {
               acc += dyp[((n * d.o + o) * d.oh + th / g.stride_h) * d.ow + tw / g.stride_w] *
-                     wp[((o * d.c + c) * d.kh + i) * d.kw + j];
+                     wp[((o * d.cg + c % d.cg) * d.kh + i) * d.kw + j];
             }
           }
         }
@@ -285,8 +291,8 @@ void conv_backward_weights_ref(const Tensor& x, const Tensor& dy, Tensor& dw, Te
   T* dwp = dw.data<T>();
   const auto& g = d.g;
 #pragma omp parallel for schedule(static) if (d.macs() > kParallelGrain)
-  for (std::int64_t oc = 0; oc < d.o * d.c; ++oc) {
-    const std::int64_t o = oc / d.c, c = oc % d.c;
+  for (std::int64_t oc = 0; oc < d.o * d.cg; ++oc) {
+    const std::int64_t o = oc / d.cg, c = o / d.og * d.cg + oc % d.cg;  // in its group
     for (std::int64_t i = 0; i < d.kh; ++i) {
       for (std::int64_t j = 0; j < d.kw; ++j) {
         double acc = 0;

@@ -41,6 +41,7 @@ struct ConvProblem {
   bool explicit_pad;   // Note [Asymmetric padding]
   int top, left;       // explicit padding offsets
   int in_h, in_w;      // the caller's input size
+  int groups;          // Conv2DGeometry::groups (cuDNN's group count)
 };
 
 ConvProblem plan(const Shape& x, const Shape& w, const ops::Conv2DGeometry& g) {
@@ -54,6 +55,7 @@ ConvProblem plan(const Shape& x, const Shape& w, const ops::Conv2DGeometry& g) {
   p.kw = static_cast<int>(w[3]);
   p.sh = g.stride_h;
   p.sw = g.stride_w;
+  p.groups = g.groups;
   p.oh = g.out_h(p.in_h, p.kh);
   p.ow = g.out_w(p.in_w, p.kw);
   p.explicit_pad = g.pad_top != g.pad_bottom || g.pad_left != g.pad_right;
@@ -85,9 +87,11 @@ struct ConvDescs {
     MIRROR_CUDNN_CHECK(
         cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p.n, p.o, p.oh, p.ow));
     MIRROR_CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p.o, p.c, p.kh, p.kw));
+        cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p.o, p.c / p.groups,
+                                   p.kh, p.kw));
     MIRROR_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, p.ph, p.pw, p.sh, p.sw, 1, 1,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    MIRROR_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, p.groups));
     MIRROR_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, cudnn_math_type()));
   }
 };
@@ -96,8 +100,9 @@ struct ConvDescs {
 enum Dir { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 
 ConvKey key(Dir dir, const ConvProblem& p) {
-  // The math type changes which algorithms exist and how fast they are: one choice per mode.
-  return {dir + 3 * static_cast<int>(math_mode()),
+  // The math type changes which algorithms exist and how fast they are: one choice per mode;
+  // and per group count (a depthwise problem has the shapes of a dense one).
+  return {dir + 3 * static_cast<int>(math_mode()) + 16 * p.groups,
           p.n,
           p.c,
           p.h,

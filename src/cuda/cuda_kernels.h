@@ -110,6 +110,15 @@ class CudaKernels final : public KernelSet {
                          const std::vector<std::int32_t>& lengths, const ops::Window1D& g) override;
   Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths) override;
 
+  Tensor eltwise_forward(const ops::Eltwise& f, const Tensor& x) override;
+  Tensor eltwise_backward(const ops::Eltwise& f, const Tensor& x, const Tensor& dy) override;
+  Tensor extremum(const Tensor& a, const Tensor& b, bool minimum, Tensor& mask) override;
+  void batched_gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
+                    double beta, Tensor& c) override;
+  Tensor attention_softmax(const Tensor& scores, const ops::AttentionMask& m) override;
+  Tensor attention_softmax_backward(const Tensor& probs, const Tensor& dprobs,
+                                    const ops::AttentionMask& m) override;
+
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                   double momentum, bool nesterov, double weight_decay) override;
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,

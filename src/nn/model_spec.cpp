@@ -138,6 +138,12 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
     }
   }
   const std::size_t first_new = spec.layers_.size();
+  current_index = index;
+  call_kwargs = json::object();
+  if (keras && entry.contains("inbound_nodes") && entry["inbound_nodes"].is_array() &&
+      !entry["inbound_nodes"].empty() && entry["inbound_nodes"][0].is_object()) {
+    call_kwargs = entry["inbound_nodes"][0].value("kwargs", json::object());
+  }
   Fields f(where(index, type), config);
   const std::string t = lower(type);
   using Handler = std::vector<json> (ModelSpecParser::*)(Fields&, bool);
@@ -175,6 +181,32 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       {{"normalization"}, &ModelSpecParser::normalization},
       {{"resizing"}, &ModelSpecParser::resizing},
       {{"center_crop", "centercrop"}, &ModelSpecParser::center_crop},
+      // The layers Keras users combine with GRUs and CNNs (model_spec_layers_keras.cpp).
+      {{"reshape"}, &ModelSpecParser::reshape},
+      {{"permute"}, &ModelSpecParser::permute},
+      {{"repeat_vector", "repeatvector"}, &ModelSpecParser::repeat_vector},
+      {{"cropping2d"}, &ModelSpecParser::cropping2d},
+      {{"up_sampling2d", "upsampling2d"}, &ModelSpecParser::up_sampling2d},
+      {{"global_max_pooling2d", "globalmaxpooling2d", "globalmaxpool2d"},
+       &ModelSpecParser::global_max_pooling2d},
+      {{"spatial_dropout1d", "spatialdropout1d"}, &ModelSpecParser::spatial_dropout1d},
+      {{"spatial_dropout2d", "spatialdropout2d"}, &ModelSpecParser::spatial_dropout2d},
+      {{"time_distributed", "timedistributed"}, &ModelSpecParser::time_distributed},
+      {{"conv2d_transpose", "conv2dtranspose", "convolution2dtranspose"},
+       &ModelSpecParser::conv2d_transpose},
+      {{"multiply"}, &ModelSpecParser::multiply},
+      {{"subtract"}, &ModelSpecParser::subtract},
+      {{"average"}, &ModelSpecParser::average},
+      {{"maximum"}, &ModelSpecParser::maximum},
+      {{"minimum"}, &ModelSpecParser::minimum},
+      {{"leaky_relu", "leakyrelu"}, &ModelSpecParser::leaky_relu},
+      {{"elu"}, &ModelSpecParser::elu},
+      {{"depthwise_conv2d", "depthwiseconv2d"}, &ModelSpecParser::depthwise_conv2d},
+      {{"separable_conv2d", "separableconv2d", "separableconvolution2d"},
+       &ModelSpecParser::separable_conv2d},
+      {{"attention"}, &ModelSpecParser::dot_attention},
+      {{"additive_attention", "additiveattention"}, &ModelSpecParser::additive_attention},
+      {{"multi_head_attention", "multiheadattention"}, &ModelSpecParser::multi_head_attention},
   };
   detail::publish_layer_table(table);  // Note [Keras layer coverage]
   if (keras && mask_node(entry, t, graph_name, graph_inputs, index)) return;

@@ -4,6 +4,7 @@
 
 #include "mirror/nn/models.h"
 #include "mirror/ops.h"
+#include "nn/model_spec_internal.h"
 
 namespace mirror::nn {
 
@@ -117,6 +118,12 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
     if (l.contains("inputs")) {
       std::vector<Shape> ins;
       for (const json& name : l["inputs"]) ins.push_back(shapes.at(name.get<std::string>()));
+      if (detail::is_keras_merge(type)) {  // Multiply, ..., the attention layers
+        s = detail::bind_keras_merge(w.where, l, ins);
+        shapes[l["name"].get<std::string>()] = s;
+        id_tensors[l["name"].get<std::string>()] = false;  // their outputs are floats
+        continue;
+      }
       if (merge != (ins.size() > 1)) {
         w.fail(merge ? "a merge layer needs two or more inputs, got one"
                      : "takes one input, got " + std::to_string(ins.size()) +
@@ -127,7 +134,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       shapes[l["name"].get<std::string>()] = s;
       id_tensors[l["name"].get<std::string>()] = ids;
       if (merge) continue;
-    } else if (merge) {
+    } else if (merge || detail::is_keras_merge(type)) {
       w.fail(
           "merges two or more inputs: give the layers names and this layer \"inputs\" "
           "(docs/model-spec.md)");
@@ -136,7 +143,9 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       w.fail("the input is int32 token ids " + shape_str(s) +
              ", which only masking and embedding take: start the model with an embedding");
     }
-    if (type == "masking") {
+    if (auto keras_out = detail::bind_keras_layer(w.where, l, s)) {
+      s = *keras_out;  // the layers of nn/keras_layers.h (their build() checks the shape)
+    } else if (type == "masking") {
       if (s.size() != 1 && s.size() != 2) {
         w.fail("expects ids [T] or sequences [T, F], got " + shape_str(s));
       }

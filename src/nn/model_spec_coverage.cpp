@@ -51,7 +51,11 @@ const std::map<std::string, std::string>& partly() {
       {"Activation",
        "linear, relu, tanh, sigmoid, gelu (erf); softmax and sigmoid at the model's end "
        "(folded into the loss)"},
-      {"ReLU", "max_value null, negative_slope 0, threshold 0 only"},
+      {"Attention", "score_mode dot only; masks of trailing padding (the sequence lengths)"},
+      {"AdditiveAttention", "masks of trailing padding (the sequence lengths)"},
+      {"MultiHeadAttention",
+       "no use_gate, sliding_window or flash_attention; masks of trailing padding"},
+      {"Conv2DTranspose", "output_padding null and dilation_rate 1 only"},
       {"BatchNormalization",
        "axis -1; default initializers; no renorm; not over a sequence Keras masks"},
       {"LayerNormalization", "axis -1 only; rms_scaling false"},

@@ -2,6 +2,9 @@
 // the shape walk that bind() and from_json() use.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,5 +56,22 @@ std::vector<LayerCoverage> keras_layer_coverage(const std::vector<std::string>& 
 /// The table as docs/model-spec.md shows it.
 std::string keras_layer_coverage_markdown(const std::vector<std::string>& classes,
                                           const std::string& keras_version);
+/// The canonical layer `l` as a Layer (make_model's own mapping, models.cpp); `keras_masks`: the
+/// model has Keras's masks (Note [Sequence masks]).
+std::unique_ptr<Layer> make_canonical_layer(const nlohmann::json& l, bool keras_masks = false);
+/// The layers of nn/keras_layers.h, nn/keras_ops_layers.h and nn/attention.h
+/// (model_spec_bind_keras.cpp): a Layer for canonical `l`, or null for another type;
+/// `make_inner` builds a wrapped layer (TimeDistributed's).
+std::unique_ptr<Layer> make_keras_layer(
+    const nlohmann::json& l,
+    const std::function<std::unique_ptr<Layer>(const nlohmann::json&)>& make_inner);
+/// Whether `type` is one of those layers taking several inputs (Multiply, ..., attention).
+bool is_keras_merge(const std::string& type);
+/// bind()'s shape walk for those layers: the output shape per sample, or std::nullopt for another
+/// type; InvalidArgument prefixed with `where` when the input does not fit (their build() decides).
+std::optional<Shape> bind_keras_layer(const std::string& where, const nlohmann::json& l,
+                                      const Shape& input);
+Shape bind_keras_merge(const std::string& where, const nlohmann::json& l,
+                       const std::vector<Shape>& inputs);
 
 }  // namespace mirror::nn::detail

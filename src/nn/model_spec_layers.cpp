@@ -307,6 +307,13 @@ std::vector<json> ModelSpecParser::activation(Fields& f, bool) {
   std::string field;
   const json* given = f.take("activation", "", &field);
   if (!given) f.fail("activation", "required");
+  // relu6, leaky_relu, elu: Mirror's parametric activation layers (model_spec_layers_keras.cpp).
+  if (given->is_string()) {
+    if (auto layer = activation_layer_for(lower(given->get<std::string>()))) {
+      f.finish({"batch_input_shape", "input_shape"});
+      return {*layer};
+    }
+  }
   // GELU is an Activation layer only (its gradient needs the layer's input).
   if (given->is_string() && lower(given->get<std::string>()) == "gelu") {
     f.require_bool("approximate", false, "Mirror's GELU is the exact (erf) form");
@@ -316,14 +323,6 @@ std::vector<json> ModelSpecParser::activation(Fields& f, bool) {
   const std::string act = activation_field(f, "activation", "linear");
   f.finish({"batch_input_shape", "input_shape"});
   return {{{"type", "activation"}, {"activation", act}}};
-}
-
-std::vector<json> ModelSpecParser::relu(Fields& f, bool) {
-  f.require_null("max_value", "Mirror's relu is unbounded");
-  if (f.number("negative_slope", "", 0.0) != 0.0) f.fail("negative_slope", "only 0 is supported");
-  if (f.number("threshold", "", 0.0) != 0.0) f.fail("threshold", "only 0 is supported");
-  f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "activation"}, {"activation", "relu"}}};
 }
 
 /// Keras's axis -1 (channels_last) is Mirror's channel axis; NCHW users may write 1 with
@@ -415,29 +414,7 @@ std::vector<json> ModelSpecParser::average_pooling2d(Fields& f, bool keras) {
 
 /// padding: n, [rows, columns] or [[top, bottom], [left, right]] (Keras's three forms).
 std::vector<json> ModelSpecParser::zero_padding2d(Fields& f, bool keras) {
-  std::string field;
-  const json* v = f.take("padding", "", &field);
-  std::array<std::int64_t, 4> p = {1, 1, 1, 1};
-  if (v != nullptr) {
-    auto nonneg = [](const json& x) { return x.is_number_integer() && x.get<std::int64_t>() >= 0; };
-    const json& j = *v;
-    if (nonneg(j)) {
-      p.fill(j.get<std::int64_t>());
-    } else if (j.is_array() && j.size() == 2 && nonneg(j[0]) && nonneg(j[1])) {
-      p = {j[0].get<std::int64_t>(), j[0].get<std::int64_t>(), j[1].get<std::int64_t>(),
-           j[1].get<std::int64_t>()};
-    } else if (j.is_array() && j.size() == 2 && j[0].is_array() && j[1].is_array() &&
-               j[0].size() == 2 && j[1].size() == 2 && nonneg(j[0][0]) && nonneg(j[0][1]) &&
-               nonneg(j[1][0]) && nonneg(j[1][1])) {
-      p = {j[0][0].get<std::int64_t>(), j[0][1].get<std::int64_t>(), j[1][0].get<std::int64_t>(),
-           j[1][1].get<std::int64_t>()};
-    } else {
-      f.fail(field,
-             "expected n, [rows, columns] or [[top, bottom], [left, right]] of "
-             "non-negative integers, got " +
-                 j.dump());
-    }
-  }
+  const std::array<std::int64_t, 4> p = four_sides(f, "padding", 1);
   image_format(f, keras);
   f.finish({"batch_input_shape", "input_shape"});
   return {{{"type", "zero_padding2d"}, {"padding", {{p[0], p[1]}, {p[2], p[3]}}}}};

@@ -36,7 +36,8 @@ const std::set<std::string>& mask_ops() {
 const std::set<std::string>& passes_mask() {
   static const std::set<std::string> types = {
       "embedding",           "dense",     "dropout",      "activation", "layer_normalization",
-      "batch_normalization", "rescaling", "normalization"};
+      "batch_normalization", "rescaling", "normalization", "spatial_dropout1d", "time_distributed",
+      "leaky_relu",          "elu",       "relu"};
   return types;
 }
 
@@ -145,8 +146,13 @@ void ModelSpecParser::check_masks() {
     std::set<std::string> out;
     if (type == "masking") {
       out = {ins[0]};
-    } else if (passes_mask().count(type) || type == "add" || type == "concatenate") {
-      out = in_mask;
+    } else if (passes_mask().count(type) || type == "add" || type == "concatenate" ||
+               type == "multiply" || type == "subtract" || type == "average" ||
+               type == "maximum" || type == "minimum") {
+      out = in_mask;  // a Keras merge ORs its inputs' masks
+    } else if (type == "attention" || type == "additive_attention" ||
+               type == "multi_head_attention") {
+      out = mask_of[ins[0]];  // Keras's attention layers pass the query's mask on
     } else if (type == "gru" || type == "lstm" || type == "bidirectional") {
       const json& rnn = type == "bidirectional" ? l["layer"] : l;
       if (rnn["return_sequences"].get<bool>()) out = in_mask;

@@ -3,9 +3,11 @@
 // model_spec.cpp, the per-layer parsers in model_spec_layers.cpp. Internal to src/nn.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -132,6 +134,53 @@ struct ModelSpecParser {
   std::pair<std::int64_t, std::int64_t> target_size(Fields& f);
   std::vector<json> resizing(Fields& f, bool keras);
   std::vector<json> center_crop(Fields& f, bool keras);
+
+  // ---- the layers Keras users combine with GRUs and CNNs (model_spec_layers_keras.cpp)
+  std::size_t current_index = 0;  // the layer being read (layer() sets it; for nested layers)
+  /// Keras's three forms of four sides (ZeroPadding2D's padding, Cropping2D's cropping): n,
+  /// [rows, columns] or [[top, bottom], [left, right]]; top, bottom, left, right.
+  std::array<std::int64_t, 4> four_sides(Fields& f, const std::string& name, std::int64_t fallback);
+  std::vector<json> reshape(Fields& f, bool keras);
+  std::vector<json> permute(Fields& f, bool keras);
+  std::vector<json> repeat_vector(Fields& f, bool);
+  std::vector<json> cropping2d(Fields& f, bool keras);
+  std::vector<json> up_sampling2d(Fields& f, bool keras);
+  std::vector<json> global_max_pooling2d(Fields& f, bool keras);
+  std::vector<json> spatial_dropout(Fields& f, bool keras, int rank);
+  std::vector<json> spatial_dropout1d(Fields& f, bool keras);
+  std::vector<json> spatial_dropout2d(Fields& f, bool keras);
+  std::vector<json> time_distributed(Fields& f, bool);
+  /// A 2-D convolution's kernel / kernel_size (required) and one stride (dilation 1 only).
+  struct Window {
+    std::array<std::int64_t, 2> kernel;
+    std::int64_t stride;
+  };
+  Window window(Fields& f);
+  std::vector<json> conv2d_transpose(Fields& f, bool keras);
+  std::vector<json> merge(Fields& f, const char* type);
+  std::vector<json> multiply(Fields& f, bool) { return merge(f, "multiply"); }
+  std::vector<json> subtract(Fields& f, bool) { return merge(f, "subtract"); }
+  std::vector<json> average(Fields& f, bool) { return merge(f, "average"); }
+  std::vector<json> maximum(Fields& f, bool) { return merge(f, "maximum"); }
+  std::vector<json> minimum(Fields& f, bool) { return merge(f, "minimum"); }
+  /// Keras's ReLU(max_value, negative_slope, threshold) as its canonical layer (max_value < 0:
+  /// none).
+  json relu_layer(double max_value, double slope, double threshold);
+  std::vector<json> leaky_relu(Fields& f, bool);
+  std::vector<json> elu(Fields& f, bool);
+  /// The layer an Activation(name) makes when `name` is a parametric activation (relu6,
+  /// leaky_relu, elu); std::nullopt otherwise.
+  std::optional<json> activation_layer_for(const std::string& name);
+  std::vector<json> depthwise(Fields& f, bool keras, bool separable);
+  /// The functional node's keyword arguments of the layer being read (Keras 3 "kwargs": the
+  /// attention layers' use_causal_mask); empty for other sources.
+  json call_kwargs = json::object();
+  std::vector<json> attention(Fields& f, bool additive);
+  std::vector<json> dot_attention(Fields& f, bool) { return attention(f, false); }
+  std::vector<json> additive_attention(Fields& f, bool) { return attention(f, true); }
+  std::vector<json> multi_head_attention(Fields& f, bool);
+  std::vector<json> depthwise_conv2d(Fields& f, bool keras) { return depthwise(f, keras, false); }
+  std::vector<json> separable_conv2d(Fields& f, bool keras) { return depthwise(f, keras, true); }
 };
 
 }  // namespace mirror::nn

@@ -10,6 +10,7 @@
 #include "mirror/nn/layers.h"
 #include "mirror/nn/preprocessing.h"
 #include "mirror/nn/recurrent.h"
+#include "nn/model_spec_internal.h"
 
 namespace mirror::nn {
 
@@ -82,6 +83,8 @@ std::unique_ptr<Layer> make_preprocessing_layer(const json& l) {
 /// model has Keras's masks (Note [Sequence masks]), whose embeddings have no padding row.
 std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
   const std::string type = l["type"].get<std::string>();
+  const auto inner = [keras](const json& wrapped) { return make_layer(wrapped, keras); };
+  if (auto layer = detail::make_keras_layer(l, inner)) return layer;
   if (type == "conv2d") {
     return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
                                     as_int(l["kernel"][1]), as_int(l["strides"][0]),
@@ -140,6 +143,14 @@ std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
     return std::make_unique<ActivationLayer>(parse_activation(l["activation"]));
   throw InvalidArgument("make_model: unknown canonical layer " + l.dump());
 }
+
+}  // namespace
+
+std::unique_ptr<Layer> detail::make_canonical_layer(const json& l, bool keras_masks) {
+  return make_layer(l, keras_masks);
+}
+
+namespace {
 
 DataShape image_data(const std::string& name, int num_classes) {
   DataShape d;

@@ -102,6 +102,7 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
     auto* merge = dynamic_cast<MergeLayer*>(&layer);
     output_shapes_.push_back(merge ? merge->build_inputs(shapes, names, dtype, device)
                                    : layer.build(shapes[0], dtype, device, rng));
+    if (merge) merge->init_parameters(dtype, device, rng);
     // Nothing consumes the gradient of the data.
     if (!reads_layer) layer.set_input_grad_needed(false);
   }

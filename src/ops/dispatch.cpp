@@ -53,6 +53,13 @@ void require_pool_geometry(const Pool2DGeometry& g, const char* op) {
                      std::to_string(g.pad_left) + "/" + std::to_string(g.pad_right));
 }
 
+/// A grouped kernel's output channels split into the groups (Conv2DGeometry::groups).
+void require_groups(const Tensor& w, const Conv2DGeometry& g, const char* op) {
+  MIRROR_REQUIRE(g.groups >= 1 && w.rank() >= 1 && w.dim(0) % g.groups == 0, op,
+                 "groups " + std::to_string(g.groups) + " must be >= 1 and divide the kernel's " +
+                     "output channels, kernel " + w.str());
+}
+
 }  // namespace
 
 Conv2DGeometry Conv2DGeometry::same(int in_h, int in_w, int k_h, int k_w, int stride_h,
@@ -110,8 +117,9 @@ void bias_grad(const Tensor& dy, Tensor& dbias) {
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_forward", {&x, &w, &bias});
+  require_groups(w, g, "conv2d_forward");
   MIRROR_REQUIRE(
-      x.rank() == 4 && w.rank() == 4 && x.dim(1) == w.dim(1) && x.dtype() == w.dtype(),
+      x.rank() == 4 && w.rank() == 4 && x.dim(1) == w.dim(1) * g.groups && x.dtype() == w.dtype(),
       "conv2d_forward",
       "input " + x.str() + " and kernel " + w.str() + " disagree (NCHW and OIHW expected)");
   MIRROR_REQUIRE(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == w.dim(0)), "conv2d_forward",
@@ -126,9 +134,10 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_backward_data", {&dy, &w});
+  require_groups(w, g, "conv2d_backward_data");
   MIRROR_REQUIRE(
       dy.rank() == 4 && w.rank() == 4 && x_shape.size() == 4 && dy.dim(1) == w.dim(0) &&
-          x_shape[1] == w.dim(1),
+          x_shape[1] == w.dim(1) * g.groups,
       "conv2d_backward_data",
       "dy " + dy.str() + ", kernel " + w.str() + ", x " + shape_str(x_shape) + " disagree");
   return k.conv2d_backward_data(dy, w, x_shape, g);
@@ -137,8 +146,9 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
                              const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_backward_weights", {&x, &dy, &dw, &dbias});
+  require_groups(dw, g, "conv2d_backward_weights");
   MIRROR_REQUIRE(x.rank() == 4 && dy.rank() == 4 && dw.rank() == 4 && dw.dim(0) == dy.dim(1) &&
-                     dw.dim(1) == x.dim(1),
+                     dw.dim(1) * g.groups == x.dim(1),
                  "conv2d_backward_weights",
                  "x " + x.str() + ", dy " + dy.str() + ", dw " + dw.str() + " disagree");
   k.conv2d_backward_weights(x, dy, dw, dbias, g);

@@ -123,6 +123,17 @@ class KernelSet {
                                  const ops::Window1D& g) = 0;
   virtual Tensor zero_past_lengths(const Tensor& x, const std::vector<std::int32_t>& lengths) = 0;
 
+  // Keras's layers (ops.h "Keras's layers"; CPU: cpu_keras.cpp, CUDA: keras_ops.cpp).
+  virtual Tensor eltwise_forward(const ops::Eltwise& f, const Tensor& x) = 0;
+  virtual Tensor eltwise_backward(const ops::Eltwise& f, const Tensor& x, const Tensor& dy) = 0;
+  virtual Tensor extremum(const Tensor& a, const Tensor& b, bool minimum, Tensor& mask) = 0;
+  /// Default: one gemm per matrix on views (a backend with a batched call overrides it).
+  virtual void batched_gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a,
+                            const Tensor& b, double beta, Tensor& c);
+  virtual Tensor attention_softmax(const Tensor& scores, const ops::AttentionMask& m) = 0;
+  virtual Tensor attention_softmax_backward(const Tensor& probs, const Tensor& dprobs,
+                                            const ops::AttentionMask& m) = 0;
+
   virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                           double momentum, bool nesterov, double weight_decay) = 0;
   virtual void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr,

@@ -209,6 +209,156 @@ KerasConversion per_feature(const std::string& keras_class, std::vector<std::str
   return c;
 }
 
+/// DepthwiseConv2D: Mirror [C * m, 1, kh, kw] (channel c * m + j), Keras [kh, kw, C, m].
+/// SeparableConv2D adds a pointwise kernel: Mirror [filters, C * m, 1, 1], Keras [1, 1, C * m,
+/// filters], and names its depthwise kernel depthwise_kernel.
+Tensor depthwise_to_keras(const KerasLayerInfo& info, const Tensor& k) {
+  const std::int64_t c = info.input_shapes.at(0).at(0);
+  return transpose(k.reshape({c, k.dim(0) / c, k.dim(2), k.dim(3)}), {2, 3, 0, 1});
+}
+
+Tensor depthwise_from_keras(const Tensor& k) {
+  const Tensor cm = transpose(k, {2, 3, 0, 1});  // [C, m, kh, kw]
+  return cm.reshape({cm.dim(0) * cm.dim(1), 1, cm.dim(2), cm.dim(3)});
+}
+
+KerasConversion depthwise(bool separable) {
+  KerasConversion c;
+  c.keras_class = separable ? "separable_conv2d" : "depthwise_conv2d";
+  const std::string dw = separable ? "depthwise_kernel" : "kernel";
+  c.to_keras = [separable, dw](const KerasLayerInfo& info, const LayerTensors& t) {
+    KerasVariables out{"", "", {depthwise_to_keras(info, at(t, dw))}};
+    if (separable) out.values.push_back(transpose(at(t, "pointwise_kernel"), {2, 3, 1, 0}));
+    if (t.count("bias")) out.values.push_back(at(t, "bias"));
+    return Vars{out};
+  };
+  c.from_keras = [separable, dw](const KerasLayerInfo&, const Vars& v) {
+    const auto& k = vars(v, "");
+    LayerTensors out{{dw, depthwise_from_keras(k[0])}};
+    std::size_t next = 1;
+    if (separable) out["pointwise_kernel"] = transpose(k[next++], {3, 2, 0, 1});
+    if (k.size() > next) out["bias"] = k[next];
+    return out;
+  };
+  return c;
+}
+
+// ---------------------------------------------------------------- attention
+
+/// Attention's scalar scale (Mirror [1], Keras []) and AdditiveAttention's [D], when use_scale.
+KerasConversion attention(const std::string& keras_class) {
+  KerasConversion c;
+  c.keras_class = keras_class;
+  c.to_keras = [keras_class](const KerasLayerInfo&, const LayerTensors& t) {
+    const Tensor& s = at(t, "scale");
+    return Vars{{"", "", {keras_class == "attention" ? s.reshape({}) : s}}};
+  };
+  c.from_keras = [](const KerasLayerInfo&, const Vars& v) {
+    const Tensor& s = vars(v, "")[0];
+    return LayerTensors{{"scale", s.reshape({s.numel()})}};
+  };
+  return c;
+}
+
+/// MultiHeadAttention: Mirror's kernels are Keras's EinsumDense kernels flattened (the same
+/// memory): query/key [D, H * K] = Keras [D, H, K], value [D, H * V] = [D, H, V], output
+/// [H * V, Dout] = [H, V, Dout]; biases [H * K] = [H, K], ..., output [Dout].
+KerasConversion multi_head_attention() {
+  KerasConversion c;
+  c.keras_class = "multi_head_attention";
+  struct Dense {
+    const char* mirror;
+    const char* keras;
+  };
+  static const Dense kDense[] = {{"query", "query_dense"},
+                                 {"key", "key_dense"},
+                                 {"value", "value_dense"},
+                                 {"output", "output_dense"}};
+  c.to_keras = [](const KerasLayerInfo& info, const LayerTensors& t) {
+    const json& spec = *info.spec;
+    const std::int64_t h = spec["num_heads"].get<std::int64_t>();
+    Vars out;
+    for (const Dense& d : kDense) {
+      const std::string m = d.mirror;
+      const std::int64_t width =
+          (m == "value" || m == "output" ? spec["value_dim"] : spec["key_dim"]).get<std::int64_t>();
+      const Tensor& k = at(t, m + "_kernel");
+      KerasVariables v{d.keras, "", {}};
+      v.values.push_back(m == "output" ? k.reshape({h, width, k.dim(1)})
+                                       : k.reshape({k.dim(0), h, width}));
+      if (t.count(m + "_bias")) {
+        const Tensor& b = at(t, m + "_bias");
+        v.values.push_back(m == "output" ? b : b.reshape({h, width}));
+      }
+      out.push_back(std::move(v));
+    }
+    return out;
+  };
+  c.from_keras = [](const KerasLayerInfo&, const Vars& v) {
+    LayerTensors out;
+    for (const Dense& d : kDense) {
+      const auto& k = vars(v, d.keras);
+      const Tensor& kernel = k[0];
+      const std::string m = d.mirror;
+      out[m + "_kernel"] = m == "output"
+                               ? kernel.reshape({kernel.dim(0) * kernel.dim(1), kernel.dim(2)})
+                               : kernel.reshape({kernel.dim(0), kernel.dim(1) * kernel.dim(2)});
+      if (k.size() > 1) out[m + "_bias"] = k[1].reshape({k[1].numel()});
+    }
+    return out;
+  };
+  return c;
+}
+
+// ---------------------------------------------------------------- wrappers
+
+/// TimeDistributed(layer): Keras keeps the wrapped layer's objects under "layer"; Mirror its
+/// tensors under "<inner kind>/" (TimeDistributed's parameter names).
+KerasLayerInfo inner_info(const KerasLayerInfo& info, const std::string& kind) {
+  KerasLayerInfo inner;
+  inner.spec = &(*info.spec)["layer"];
+  inner.name = info.name + "/" + kind;
+  const Shape& in = info.input_shapes.at(0);
+  inner.input_shapes = {Shape(in.begin() + 1, in.end())};
+  inner.output_shape = Shape(info.output_shape.begin() + 1, info.output_shape.end());
+  return inner;
+}
+
+const KerasConversion& inner_conversion(const KerasLayerInfo& info) {
+  const std::string type = (*info.spec)["layer"]["type"].get<std::string>();
+  const KerasConversion* c = find_keras_conversion(type);
+  MIRROR_CHECK(
+      c != nullptr && c->to_keras, InvalidArgument,
+      "Keras weights: layer " + info.name + " wraps a " + type + ", which has no Keras conversion");
+  return *c;
+}
+
+KerasConversion time_distributed() {
+  KerasConversion c;
+  c.keras_class = "time_distributed";
+  c.to_keras = [](const KerasLayerInfo& info, const LayerTensors& t) {
+    const std::string kind = t.begin()->first.substr(0, t.begin()->first.find('/'));
+    LayerTensors inner;
+    for (const auto& [what, value] : t) inner[what.substr(kind.size() + 1)] = value;
+    Vars out = inner_conversion(info).to_keras(inner_info(info, kind), inner);
+    for (KerasVariables& k : out) k.path = "layer" + (k.path.empty() ? "" : "/" + k.path);
+    return out;
+  };
+  c.from_keras = [](const KerasLayerInfo& info, const Vars& v) {
+    const std::string type = (*info.spec)["layer"]["type"].get<std::string>();
+    Vars inner = v;
+    for (KerasVariables& k : inner) k.path = k.path.size() > 6 ? k.path.substr(6) : "";
+    // The inner Layer's kind() names its tensors: for layers with weights it is their type.
+    const std::string& kind = type;
+    LayerTensors out;
+    for (auto& [what, value] : inner_conversion(info).from_keras(inner_info(info, kind), inner)) {
+      out[kind + "/" + what] = value;
+    }
+    return out;
+  };
+  return c;
+}
+
 KerasConversion order_rule(FeatureOrder rule) {
   KerasConversion c;
   c.feature_order = rule;
@@ -233,6 +383,19 @@ void register_builtin_keras_conversions(std::map<std::string, KerasConversion>& 
   for (const char* type : {"activation", "dropout"}) t[type] = order_rule(FeatureOrder::kPass);
   t["flatten"] = order_rule(FeatureOrder::kFlatten);
   t["add"] = order_rule(FeatureOrder::kMerge);
+  // The layers Keras users combine with GRUs and CNNs (nn/keras_layers.h, ...).
+  // Conv2DTranspose: Mirror [C, filters, kh, kw], Keras [kh, kw, filters, C].
+  t["conv2d_transpose"] = kernel_bias("conv2d_transpose", {2, 3, 1, 0}, {3, 2, 0, 1});
+  t["time_distributed"] = time_distributed();
+  t["depthwise_conv2d"] = depthwise(false);
+  t["separable_conv2d"] = depthwise(true);
+  t["attention"] = attention("attention");
+  t["additive_attention"] = attention("additive_attention");
+  t["multi_head_attention"] = multi_head_attention();
+  for (const char* type : {"multiply", "subtract", "average", "maximum", "minimum"}) {
+    t[type] = order_rule(FeatureOrder::kMerge);
+  }
+  for (const char* type : {"relu", "leaky_relu", "elu"}) t[type] = order_rule(FeatureOrder::kPass);
   t["concatenate"] = order_rule(FeatureOrder::kConcat);
 }
 

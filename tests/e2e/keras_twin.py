@@ -13,7 +13,8 @@ usage: keras_twin.py MODEL predict WEIGHTS X.npy OUT.npy   Keras's outputs (x NC
        keras_twin.py compare TOL NAME GOT.npy WANT.npy     max |got - want| / max |want|
        keras_twin.py compare-weights TOL NAME GOT.h5 WANT.h5   the same for every layer variable
        keras_twin.py data KIND PREFIX N SEED               training arrays (KIND: images28, rows28,
-                                                           words, words-full, images, rows, images345)
+                                                           words, words-full, images, rows, images345,
+                                                           unet, seq2seq, images12, mobilenet, seq86)
        keras_twin.py --jobs FILE                           one of the above per line, one process
 MODEL is --keras FILE or --checkpoint FILE. Exit 1 when a job fails (each failure is printed)."""
 import json
@@ -47,14 +48,20 @@ def data(kind, prefix, n, seed):
     10 for the 28x28 images and rows the built-in models read)."""
     rng = np.random.default_rng(seed)
     shapes = {"images28": (1, 28, 28), "rows28": (28, 28), "images": (2, 12, 12), "rows": (12, 6),
-              "images345": (3, 4, 5)}
+              "images345": (3, 4, 5), "unet": (1, 16, 16), "seq2seq": (10, 4),
+              "images12": (3, 12, 12), "mobilenet": (3, 16, 16), "seq86": (8, 6),
+              "images8": (3, 8, 8)}
+    targets = {"unet": 256, "seq2seq": 18}  # float targets: regression (mse)
     if kind in shapes:
         x = rng.normal(0, 1, (n,) + shapes[kind]).astype(np.float32)
     else:
         x = tokens(rng, n, 16, 40, kind == "words-full")
-    classes = 10 if kind.endswith("28") else 4
-    y = np.arange(n) % classes  # every class present: the data's class count is the model's
     np.save(prefix + "_x.npy", x)
+    if kind in targets:
+        np.save(prefix + "_y.npy", rng.normal(0, 1, (n, targets[kind])).astype(np.float32))
+        return
+    classes = {"images28": 10, "rows28": 10, "mobilenet": 5, "words": 5}.get(kind, 4)
+    y = np.arange(n) % classes  # every class present: the data's class count is the model's
     np.save(prefix + "_y.npy", rng.permutation(y).astype(np.int64))
 
 
@@ -123,7 +130,52 @@ def make_layer(l, mask_ids):
         return L.Add()
     if t == "concatenate":
         return L.Concatenate()
+    merges = {"multiply": L.Multiply, "subtract": L.Subtract, "average": L.Average,
+              "maximum": L.Maximum, "minimum": L.Minimum}
+    if t in merges:
+        return merges[t]()
+    if t == "relu":
+        return L.ReLU(max_value=l["max_value"], negative_slope=l["negative_slope"],
+                      threshold=l["threshold"])
+    if t == "leaky_relu":
+        return L.LeakyReLU(negative_slope=l["negative_slope"])
+    if t == "elu":
+        return L.ELU(alpha=l["alpha"])
+    if t == "conv2d_transpose":
+        return L.Conv2DTranspose(l["filters"], l["kernel"], strides=l["strides"],
+                                 padding=l["padding"], activation=act, use_bias=l["use_bias"])
+    if t in ("depthwise_conv2d", "separable_conv2d"):
+        kw = dict(strides=l["strides"], padding=l["padding"], activation=act,
+                  depth_multiplier=l["depth_multiplier"], use_bias=l["use_bias"])
+        if t == "separable_conv2d":
+            return L.SeparableConv2D(l["filters"], l["kernel"], **kw)
+        return L.DepthwiseConv2D(l["kernel"], **kw)
+    if t == "up_sampling2d":
+        return L.UpSampling2D(tuple(l["size"]))
+    if t == "cropping2d":
+        return L.Cropping2D([tuple(c) for c in l["cropping"]])
+    if t == "global_max_pooling2d":
+        return L.GlobalMaxPooling2D()
+    if t == "repeat_vector":
+        return L.RepeatVector(l["n"])
+    if t == "time_distributed":
+        return L.TimeDistributed(make_layer(l["layer"], mask_ids))
+    if t in ("spatial_dropout1d", "spatial_dropout2d"):
+        return (L.SpatialDropout1D if t == "spatial_dropout1d" else L.SpatialDropout2D)(l["rate"])
     raise SystemExit("keras_twin.py: no Keras twin for layer type " + t)
+
+
+def call_attention(l, srcs):
+    """The attention layers' Keras call: [query, value(, key)] with use_causal_mask."""
+    t = l["type"]
+    if t == "multi_head_attention":
+        layer = L.MultiHeadAttention(l["num_heads"], l["key_dim"], value_dim=l["value_dim"],
+                                     dropout=l["dropout"], use_bias=l["use_bias"],
+                                     output_shape=l.get("output_dim"))
+        key = srcs[2] if len(srcs) > 2 else None
+        return layer(srcs[0], srcs[1], key=key, use_causal_mask=l["causal"])
+    cls = L.Attention if t == "attention" else L.AdditiveAttention
+    return cls(use_scale=l["use_scale"], dropout=l["dropout"])(srcs, use_causal_mask=l["causal"])
 
 
 def twin(spec):
@@ -137,10 +189,15 @@ def twin(spec):
     prev = inp
     for i, l in enumerate(layers):
         if l["type"] == "masking" and ids:
-            continue  # Mirror's masking of token ids is the Embedding's mask_zero in Keras
+            # Mirror's masking of token ids is the Embedding's mask_zero in Keras.
+            if "name" in l:
+                outputs[l["name"]] = prev
+            continue
         srcs = [outputs[n] for n in l["inputs"]] if "inputs" in l else [prev]
-        layer = make_layer(l, mask_ids=ids)
-        prev = layer(srcs if len(srcs) > 1 else srcs[0])
+        if l["type"] in ("multi_head_attention", "attention", "additive_attention"):
+            prev = call_attention(l, srcs)
+        else:
+            prev = make_layer(l, mask_ids=ids)(srcs if len(srcs) > 1 else srcs[0])
         if "name" in l:
             outputs[l["name"]] = prev
     return keras.Model(inp, prev)
@@ -238,8 +295,9 @@ def run(args):
         model.load_weights(rest[0])
         x, y = keras_input(np.load(rest[1])), np.load(rest[2])
         softmax_out = model.layers[-1].get_config().get("activation") == "softmax"
-        model.compile(optimizer=keras.optimizers.SGD(float(rest[3])),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax_out))
+        loss = ("mse" if y.dtype.kind == "f" else
+                keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax_out))
+        model.compile(optimizer=keras.optimizers.SGD(float(rest[3])), loss=loss)
         model.train_on_batch(x, y)
         model.save_weights(rest[4])
     else:

@@ -130,6 +130,9 @@ class MergeLayer : public Layer {
   /// `names` are the producing layers' names (for errors that name both sides of a mismatch).
   virtual Shape build_inputs(const std::vector<Shape>& input_shapes,
                              const std::vector<std::string>& names, DType dtype, Device device) = 0;
+  /// Creates random parameters after build_inputs, from the model's one generator (Sequential
+  /// calls it in layer order, like build); most merges have none.
+  virtual void init_parameters(DType dtype, Device device, InitRng& rng) {}
   virtual Tensor forward_inputs(const std::vector<Tensor>& xs, ForwardContext& ctx) = 0;
   /// One gradient per input (they may share storage with `dy` and with each other).
   virtual std::vector<Tensor> backward_inputs(const Tensor& dy) = 0;

@@ -278,6 +278,14 @@ std::vector<KerasVariables> read_keras_weights_file(const fs::path& path) {
   if (!file.ok()) r.bad("HDF5 cannot open it: " + hdf5_reason());
   Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT), H5Gclose);
   if (!root.ok()) r.bad("no root group");
+  // Keras 2's (and Keras 3's legacy) .h5 weights: layer_names and per-layer weight_names.
+  if (H5Aexists(root.get(), "layer_names") > 0 ||
+      H5Lexists(root.get(), "model_weights", H5P_DEFAULT) > 0) {
+    r.bad(
+        "it is Keras's legacy .h5 layout (layer_names), which Keras 3 writes for a name ending in "
+        ".h5 but not .weights.h5; load the model in Keras 3 and "
+        "save_weights(\"model.weights.h5\")");
+  }
   r.group(root.get(), "", 0);
   return r.out;
 }
