@@ -13,6 +13,7 @@
 #include "mirror/data/npy.h"
 #include "temp_dir.h"
 #include "train/dataset_views.h"
+#include "mirror/train/keras_weights.h"
 #include "train/trainer_impl.h"
 
 namespace mirror::testing_util {
@@ -255,6 +256,52 @@ TEST(Normalization, AdaptedValuesThatToJsonDidNotWriteAreNamed) {
   EXPECT_THAT(error_of([&] { train::task_from_config(config(f, f.spec(model))); }),
               AllOf(HasSubstr("normalization layer 1"), HasSubstr("no mean and variance"),
                     HasSubstr("model.weights.h5")));
+}
+
+TEST(Normalization, AdaptedValuesComeFromTheKerasWeightsFile) {
+  // Note [Adapted normalization]: --init-weights model.weights.h5 of the adapted Keras model
+  // brings the mean and variance to_json() left out (Keras keeps them at
+  // layers/normalization/vars/0 and 1).
+  if (!train::keras_weights_file_supported()) GTEST_SKIP() << "this build has no HDF5";
+  Files f(2);
+  json model = keras_head(1, "sigmoid");
+  const json normalization = {
+      {"class_name", "Normalization"},
+      {"config", {{"axis", {-1}}, {"mean", nullptr}, {"variance", nullptr}, {"invert", false}}}};
+  model["config"]["layers"].insert(model["config"]["layers"].begin() + 1, normalization);
+  // The file: the Dense layers' variables (the layout of the model with stated values) and the
+  // normalization's three adapt variables.
+  json stated = model;
+  const std::vector<float> mean = {0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.0f};
+  const std::vector<float> variance = {1.0f, 2.0f, 3.0f, 4.0f, 0.5f, 0.25f};
+  stated["config"]["layers"][1]["config"]["mean"] = mean;
+  stated["config"]["layers"][1]["config"]["variance"] = variance;
+  train::TrainConfig c = config(f, f.spec(stated));
+  const train::ConfigTask with_values = train::task_from_config(c);
+  std::vector<train::KerasVariables> file = train::keras_weights_layout(
+      nn::ModelSpec::from_json(json::parse(with_values.task.model_description), "stated"));
+  file.push_back({"layers/normalization", "",
+                  {Tensor::from_vector(mean, {6}), Tensor::from_vector(variance, {6}),
+                   Tensor::from_vector(std::vector<float>{64.0f}, {})}});
+  const auto weights = f.dir.path() / "model.weights.h5";
+  train::write_keras_weights_file(weights, file);
+  c = config(f, f.spec(model));
+  c.init_weights = weights.string();
+  const train::ConfigTask task = train::task_from_config(c);
+  const json bound = json::parse(task.task.model_description);
+  const json* norm = nullptr;
+  for (const json& l : bound["layers"]) {
+    if (l["type"] == "normalization") norm = &l;
+  }
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ((*norm)["mean"].get<std::vector<float>>(), mean);
+  EXPECT_EQ((*norm)["variance"].get<std::vector<float>>(), variance);
+  // A file without them names the path it looked for.
+  file.pop_back();
+  train::write_keras_weights_file(weights, file);
+  EXPECT_THAT(error_of([&] { train::task_from_config(c); }),
+              AllOf(HasSubstr("no adapted values for normalization layer 1"),
+                    HasSubstr("layers/normalization/vars/0")));
 }
 
 }  // namespace

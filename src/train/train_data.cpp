@@ -294,8 +294,8 @@ void check_normalization_values(const nn::ModelSpec& spec, const std::string& wh
                      " states no mean and variance: Keras keeps the values adapt() computed as "
                      "weights, which to_json() does not write. State them in the layer "
                      "(Normalization(mean=..., variance=...), or \"mean\"/\"variance\" in its "
-                     "config: print(layer.mean, layer.variance) after adapt()); this build cannot "
-                     "read them from Keras weights (model.weights.h5)");
+                     "config: print(layer.mean, layer.variance) after adapt()), or start from the "
+                     "adapted model's weights with --init-weights model.weights.h5");
   }
 }
 
@@ -309,6 +309,10 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
                            : s.model_spec       ? c.model_spec
                                                 : "--model-spec " + c.model_spec;
   loss = binary_head(c, spec, d, what);
+  if (!c.init_weights.empty()) {  // Note [Adapted normalization] (keras_weights.h)
+    spec = with_keras_normalization(spec, read_keras_weights_file(c.init_weights),
+                                    "--init-weights " + c.init_weights);
+  }
   check_normalization_values(spec, what);
   // Note [Sequence masks]: a Keras model that states its input length sees every sequence padded
   // to it, as Keras does (pad_sequences), whatever the batch's longest.

@@ -83,6 +83,18 @@ void write_keras_weights_file(const std::filesystem::path& path,
 /// size far beyond the file's); Error when it cannot be opened; Unavailable without HDF5.
 std::vector<KerasVariables> read_keras_weights_file(const std::filesystem::path& path);
 
+/// Note [Adapted normalization]: Keras keeps the mean and variance that Normalization.adapt()
+/// computed as the layer's variables (vars 0 and 1; 2 is the sample count), not in to_json().
+/// Returns `spec` with those values written into each Normalization layer that states none,
+/// read from the file's "layers/normalization", "layers/normalization_1", ... (Keras counts the
+/// class in model.layers order; the spec's list order is taken for it, which is Keras's wherever
+/// the normalizations come before any branching). DataError naming `source` and the layer when
+/// the file lacks the variables or their size is not one value per feature (or one, for
+/// axis null) of `features` (the last axis of the layer's input; 0: not checked).
+nn::ModelSpec with_keras_normalization(const nn::ModelSpec& spec,
+                                       const std::vector<KerasVariables>& variables,
+                                       const std::string& source);
+
 /// Whether this build reads and writes .weights.h5 files (HDF5 was found when it was built).
 bool keras_weights_file_supported();
 
