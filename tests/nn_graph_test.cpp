@@ -205,6 +205,20 @@ TEST(SpecGraph, SortsNamesAndBuilds) {
   EXPECT_EQ(m.layer_inputs(3), (std::vector<int>{1, 2}));
 }
 
+TEST(SpecGraph, AnUnnamedMaskedEmbeddingKeepsItsMaskingApart) {
+  // Embedding(mask_zero) becomes Masking + Embedding, two layers from one entry: their default
+  // names must differ (both were layer_0, refused as "names two layers").
+  const json j = json::parse(R"({"name": "g", "input_shape": [7], "layers": [
+      {"type": "embedding", "input_dim": 20, "output_dim": 4, "mask_zero": true},
+      {"type": "gru", "units": 3, "name": "g1"},
+      {"type": "dense", "units": 2, "inputs": ["g1"]}]})");
+  const ModelSpec spec = ModelSpec::from_json(j, "g.json");
+  std::vector<std::string> names;
+  for (const json& l : spec.layers()) names.push_back(l["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"layer_0", "layer_0_1", "g1", "layer_2"}));
+  EXPECT_EQ(make_model(spec.bind({{7}, DType::kInt32, 2, 20})).output_shape(), (Shape{2}));
+}
+
 TEST(SpecGraph, Errors) {
   auto fails = [](json j, const std::string& what) {
     EXPECT_THAT(

@@ -110,7 +110,15 @@ void resolve_graph(json& layers, std::vector<std::size_t>& origin,
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < n; ++i) {
     json& l = layers[i];
-    if (!l.contains("name")) l["name"] = "layer_" + std::to_string(origin[i]);
+    if (!l.contains("name")) {
+      // One JSON entry may become several layers (Embedding(mask_zero) adds its Masking): the
+      // later ones get a suffix, so the default names stay unique.
+      std::string name = "layer_" + std::to_string(origin[i]);
+      for (int k = 1; index.count(name) != 0; ++k) {
+        name = "layer_" + std::to_string(origin[i]) + "_" + std::to_string(k);
+      }
+      l["name"] = name;
+    }
     if (!l["name"].is_string()) {
       throw InvalidArgument(where(i) + ", field 'name': expected a string, got " +
                             l["name"].dump());
