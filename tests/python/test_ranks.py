@@ -4,6 +4,7 @@ preemption path (a checkpoint, exit code 5, Preempted raised in the script)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,16 +61,20 @@ def test_same_fingerprint_as_mirror_train(tmp_path, ranks):
     assert cli.returncode == 0, cli.stderr
     path = script(tmp_path, """
         h = mirror.fit(spec, x, y, validation_data=(xt, yt), **options)
-        print(f"rank {mirror.rank()}/{mirror.size()} local {mirror.local_rank()} "
-              f"replicas {h.summary['world_replicas']} "
-              f"weights fingerprint: {h.summary['weights_fingerprint']}", flush=True)
+        # One write per line: with PYTHONUNBUFFERED, print() writes the text and its newline
+        # separately, and mpirun may put the other rank's line between the two.
+        sys.stdout.write(f"rank {mirror.rank()}/{mirror.size()} local {mirror.local_rank()} "
+                         f"replicas {h.summary['world_replicas']} "
+                         f"weights fingerprint: {h.summary['weights_fingerprint']}\\n")
     """)
     py = mirrorrun(ranks, path, tmp_path)
     assert py.returncode == 0, py.stdout + py.stderr
-    lines = [line for line in py.stdout.splitlines() if line.startswith("rank ")]
-    assert sorted(line.split()[1] for line in lines) == [f"{r}/{ranks}" for r in range(int(ranks))]
-    assert {fingerprint(line) for line in lines} == {fingerprint(cli.stdout)}
-    assert all(f"replicas {ranks}" in line for line in lines)
+    lines = re.findall(r"rank (\d+)/(\d+) local \d+ replicas (\d+) weights fingerprint: ([0-9a-f]{16})",
+                       py.stdout)
+    assert sorted(rank for rank, _, _, _ in lines) == [str(r) for r in range(int(ranks))], py.stdout
+    assert {size for _, size, _, _ in lines} == {ranks}
+    assert {replicas for _, _, replicas, _ in lines} == {ranks}
+    assert {found for _, _, _, found in lines} == {fingerprint(cli.stdout)}
     # Rank 0 alone prints the progress lines.
     assert py.stdout.count("epoch 2/2:") == 1
 
