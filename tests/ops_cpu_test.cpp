@@ -4,8 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "cpu/cpu_dnnl.h"
 #include "mirror/ops.h"
@@ -213,6 +217,44 @@ TEST(OpsCpu, SumSquaresAccumulatesInDouble) {
   ops::fill(a, 0.1);
   const double e = static_cast<double>(0.1f);
   EXPECT_NEAR(ops::sum_squares(a), n * e * e, 1e-9 * n * e * e);
+}
+
+TEST(OpsCpu, ChannelSumsMatchAnExactSumForEveryRowLengthAndThreadCount) {
+  // Note [Channel sums]: 32 fixed lanes and a tail, so row lengths around 32; the largest case
+  // is above kParallelGrain, where two threads split the channels.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3, 3);
+  const int saved_threads = omp_get_max_threads();
+  for (const std::int64_t inner : {1, 7, 31, 32, 33, 49, 100, 784}) {
+    const ops::ChannelView v{.outer = 48, .channels = 5, .inner = inner};
+    std::vector<float> xa(static_cast<std::size_t>(v.numel())), xb(xa.size());
+    for (float& e : xa) e = u(rng);
+    for (float& e : xb) e = u(rng);
+    const Tensor a = Tensor::from_vector(xa, {v.numel()});
+    const Tensor b = Tensor::from_vector(xb, {v.numel()});
+    omp_set_num_threads(1);
+    const std::vector<double> one = ops::channel_sums(a, b, v);
+    omp_set_num_threads(2);
+    const std::vector<double> two = ops::channel_sums(a, b, v);
+    omp_set_num_threads(saved_threads);
+    EXPECT_EQ(one, two) << "inner " << inner;
+    for (std::int64_t c = 0; c < v.channels; ++c) {
+      long double s1 = 0, s2 = 0, scale = 0;
+      for (std::int64_t o = 0; o < v.outer; ++o) {
+        for (std::int64_t i = 0; i < inner; ++i) {
+          const auto k = static_cast<std::size_t>((o * v.channels + c) * inner + i);
+          s1 += xa[k];
+          s2 += static_cast<long double>(xa[k]) * xb[k];
+          scale += std::fabs(xa[k]) * 3;
+        }
+      }
+      EXPECT_NEAR(one[static_cast<std::size_t>(c)], static_cast<double>(s1), 1e-14 * scale)
+          << "inner " << inner << " channel " << c;
+      EXPECT_NEAR(one[static_cast<std::size_t>(v.channels + c)], static_cast<double>(s2),
+                  1e-14 * scale)
+          << "inner " << inner << " channel " << c;
+    }
+  }
 }
 
 TEST(OpsCpu, AllFinite) {

@@ -60,8 +60,8 @@ struct StepIo {
 /// Rows [s0, s1) of one step's gates: writes the new state, y[:, step] and the gates r, z, n and
 /// hn = U_n h + b_hn. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
-                                           const StepIo<T>& io) {
+MIRROR_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                       const StepIo<T>& io) {
   const int64_t H = d.h;
   for (int64_t s = s0; s < s1; ++s) {
     T* yrow = io.y + (s * d.t + step) * H;
@@ -172,8 +172,8 @@ struct BackIo {
 
 /// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
-                                            const BackIo<T>& io) {
+MIRROR_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                        const BackIo<T>& io) {
   const int64_t H = d.h;
   for (int64_t s = s0; s < s1; ++s) {
     const T* dc = io.dh_cur + s * H;

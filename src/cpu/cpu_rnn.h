@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cpu/cpu_vector_clones.h"
 #include "mirror/tensor.h"
 
 namespace mirror::cpu::rnn {
@@ -80,16 +81,7 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
 // silently stayed scalar with branches (the LSTM op took 8 ms instead of 3.6 on AVX2). Measured
 // on one core here (LSTM op, forward + backward, N=64 T=28 F=28 H=64): AVX-512 3.3-3.6 ms, AVX2
 // 3.6 ms, baseline SSE2 5.1 ms; the previous loops (scalar, expf calls) 9-10 ms.
-// Sanitizer builds keep one version: the ifunc resolver runs while the dynamic loader relocates
-// libmirror, before the sanitizer's runtime is initialised, and its instrumented code crashed
-// the TSan build at start-up (scripts/build_sanitized.sh checks correctness, not speed).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define MIRROR_RNN_VECTOR_CLONES \
-  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define MIRROR_RNN_VECTOR_CLONES
-#endif
+// The clones come from MIRROR_VECTOR_CLONES (cpu_vector_clones.h).
 
 // Parallelise the element-wise loops only when there is enough work to pay for the fork.
 constexpr std::int64_t kParallelElements = 1 << 14;
@@ -121,8 +113,8 @@ void for_row_blocks(std::int64_t rows, std::int64_t elements, F&& f) {
 /// accumulated in double in row order (deterministic). Row-major on purpose: a per-column loop
 /// would stride through m, which costs more than the gates themselves for RNN-sized matrices.
 template <class T>
-MIRROR_RNN_VECTOR_CLONES void column_sums(const T* m, std::int64_t rows, std::int64_t cols,
-                                          double* acc) {
+MIRROR_VECTOR_CLONES void column_sums(const T* m, std::int64_t rows, std::int64_t cols,
+                                      double* acc) {
   for (std::int64_t r = 0; r < rows; ++r) {
 #pragma omp simd
     for (std::int64_t c = 0; c < cols; ++c) acc[c] += static_cast<double>(m[r * cols + c]);
