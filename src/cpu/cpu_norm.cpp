@@ -5,9 +5,9 @@
 // compute statistics over the local tensor only; cross-replica BatchNorm needs the per-channel
 // sums themselves (to all-reduce them between the statistics and the normalisation), which is
 // PyTorch's SyncBatchNorm decomposition. So the CPU computes channel_sums (double accumulation,
-// one fixed order per channel: Note [Channel sums]) and channel_affine, and the
-// layers combine them. Average pooling also uses loops (its TF "exclude padding" count is one
-// line here, and pooling is memory-bound next to the convolutions around it).
+// one fixed order per channel: Note [Channel sums]) and channel_affine, and the layers combine
+// them. Average pooling also uses loops (its TF "exclude padding" count is one line here, and
+// pooling is memory-bound next to the convolutions around it).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
