@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <fstream>
 
 #include "data_test_util.h"
@@ -244,6 +246,54 @@ TEST(KerasTokens, AStatedLengthPadsEverySequenceToIt) {
   std::ofstream(c.model_spec) << spec(3).dump();
   EXPECT_THAT(error_of([&] { train::task_from_config(c); }),
               AllOf(HasSubstr("sequences of 3 tokens"), HasSubstr("up to 4")));
+}
+
+/// A base dataset whose optional answers are all set, counting check_unchanged calls.
+class Annotated final : public data::Dataset {
+ public:
+  Annotated(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {}
+  std::int64_t size() const override { return 4; }
+  int num_classes() const override { return 2; }
+  DType input_dtype() const override { return dtype_; }
+  Shape sample_shape() const override { return shape_; }
+  bool is_sequence() const override { return dtype_ == DType::kInt32; }
+  bool variable_length() const override { return dtype_ == DType::kInt32; }
+  std::int32_t length(std::int64_t) const override { return 2; }
+  std::int32_t label(std::int64_t i) const override { return static_cast<std::int32_t>(i % 2); }
+  std::string describe() const override { return "annotated"; }
+  std::vector<std::string> notes() const override { return {"read into memory"}; }
+  std::optional<double> input_bound() const override { return 1.0; }
+  bool checks_at_batch() const override { return true; }
+  void check_unchanged() const override { ++checks; }
+  std::vector<std::string> class_names() const override { return {"cats", "dogs"}; }
+  mutable int checks = 0;
+
+ private:
+  DType dtype_;
+  Shape shape_;
+};
+
+TEST(DatasetViews, KeepTheBasesClassNamesFileChecksAndNotes) {
+  // A sigmoid head on an image folder (binary_targets) must still store the class names in its
+  // checkpoints, and a padded token file (fixed_length) must still notice a file changed under
+  // the run: every view forwards what it does not change.
+  const auto images = std::make_shared<Annotated>(DType::kFloat32, Shape{1, 2, 2});
+  const auto tokens = std::make_shared<Annotated>(DType::kInt32, Shape{3});
+  const std::vector<std::pair<std::string, std::shared_ptr<const data::Dataset>>> views = {
+      {"reshaped", train::reshaped(images, {4})},
+      {"binary_targets", train::binary_targets(images)},
+      {"raw_pixels", train::raw_pixels(images)},
+      {"fixed_length", train::fixed_length(tokens, 5)}};
+  for (const auto& [name, view] : views) {
+    const Annotated& base = name == "fixed_length" ? *tokens : *images;
+    EXPECT_EQ(view->class_names(), (std::vector<std::string>{"cats", "dogs"})) << name;
+    EXPECT_EQ(view->notes(), (std::vector<std::string>{"read into memory"})) << name;
+    EXPECT_TRUE(view->checks_at_batch()) << name;
+    const int before = base.checks;
+    view->check_unchanged();
+    EXPECT_EQ(base.checks, before + 1) << name;
+    EXPECT_EQ(view->input_bound(), name == "raw_pixels" ? 255.0 : 1.0) << name;
+  }
 }
 
 TEST(Normalization, AdaptedValuesThatToJsonDidNotWriteAreNamed) {

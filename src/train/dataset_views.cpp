@@ -10,36 +10,10 @@
 namespace mirror::train {
 namespace {
 
-/// Forwards everything to the base dataset.
-class View : public data::Dataset {
- public:
-  explicit View(std::shared_ptr<const data::Dataset> base) : base_(std::move(base)) {}
-  std::int64_t size() const override { return base_->size(); }
-  int num_classes() const override { return base_->num_classes(); }
-  data::TargetKind target_kind() const override { return base_->target_kind(); }
-  Shape target_shape() const override { return base_->target_shape(); }
-  std::int64_t vocab_size() const override { return base_->vocab_size(); }
-  DType input_dtype() const override { return base_->input_dtype(); }
-  Shape sample_shape() const override { return base_->sample_shape(); }
-  bool is_sequence() const override { return base_->is_sequence(); }
-  bool variable_length() const override { return base_->variable_length(); }
-  std::int32_t length(std::int64_t i) const override { return base_->length(i); }
-  std::int32_t label(std::int64_t i) const override { return base_->label(i); }
-  void decode_target(std::int64_t i, float* dst) const override { base_->decode_target(i, dst); }
-  void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(i, dst); }
-  void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
-    base_->decode_tokens(i, dst, steps);
-  }
-  std::string describe() const override { return base_->describe(); }
-
- protected:
-  std::shared_ptr<const data::Dataset> base_;
-};
-
-class Reshaped final : public View {
+class Reshaped final : public DatasetView {
  public:
   Reshaped(std::shared_ptr<const data::Dataset> base, Shape shape)
-      : View(std::move(base)), shape_(std::move(shape)) {}
+      : DatasetView(std::move(base)), shape_(std::move(shape)) {}
   Shape sample_shape() const override { return shape_; }
   // A [T, F] view of images is a fixed-length sequence of T steps, as Layout::kRows serves it.
   bool is_sequence() const override { return shape_.size() == 2; }
@@ -54,9 +28,9 @@ class Reshaped final : public View {
   Shape shape_;
 };
 
-class BinaryTargets final : public View {
+class BinaryTargets final : public DatasetView {
  public:
-  using View::View;
+  using DatasetView::DatasetView;
   int num_classes() const override { return 0; }
   data::TargetKind target_kind() const override { return data::TargetKind::kFloat; }
   Shape target_shape() const override { return {1}; }
@@ -68,21 +42,26 @@ class BinaryTargets final : public View {
   }
 };
 
-class RawPixels final : public View {
+class RawPixels final : public DatasetView {
  public:
-  using View::View;
+  using DatasetView::DatasetView;
   void decode_float(std::int64_t i, float* dst) const override {
     base_->decode_float(i, dst);
     const std::int64_t n = shape_numel(base_->sample_shape());
     for (std::int64_t k = 0; k < n; ++k) dst[k] = std::nearbyint(dst[k] * 255.0f);
   }
+  std::optional<double> input_bound() const override {
+    const std::optional<double> bound = base_->input_bound();
+    if (!bound) return std::nullopt;
+    return *bound * 255.0;
+  }
   std::string describe() const override { return base_->describe() + ", pixels 0..255"; }
 };
 
-class FixedLength final : public View {
+class FixedLength final : public DatasetView {
  public:
   FixedLength(std::shared_ptr<const data::Dataset> base, std::int64_t steps)
-      : View(std::move(base)), steps_(steps) {}
+      : DatasetView(std::move(base)), steps_(steps) {}
   Shape sample_shape() const override { return {steps_}; }
   bool variable_length() const override { return false; }
   std::int32_t length(std::int64_t) const override { return static_cast<std::int32_t>(steps_); }

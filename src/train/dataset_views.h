@@ -1,13 +1,50 @@
-// defines: views of a dataset that the model decides (train_data.cpp): the same samples read
-// with another sample shape (built-in data following the model), and class labels 0/1 served
-// as one float target (a sigmoid head's binary cross-entropy).
+// defines: DatasetView, the forwarding base of every view, and the views of a dataset that the
+// model decides (train_data.cpp): the same samples read with another sample shape (built-in data
+// following the model), and class labels 0/1 served as one float target (a sigmoid head's
+// binary cross-entropy).
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "mirror/data/dataset.h"
 
 namespace mirror::train {
+
+/// A dataset that forwards every call to `base`; a view overrides only what it changes. Every
+/// virtual of data::Dataset is forwarded, so a view keeps the base's class names (checkpoints),
+/// its file checks (check_unchanged: a mapped file changed under the run) and its notes.
+class DatasetView : public data::Dataset {
+ public:
+  explicit DatasetView(std::shared_ptr<const data::Dataset> base) : base_(std::move(base)) {}
+  std::int64_t size() const override { return base_->size(); }
+  int num_classes() const override { return base_->num_classes(); }
+  data::TargetKind target_kind() const override { return base_->target_kind(); }
+  Shape target_shape() const override { return base_->target_shape(); }
+  std::int64_t vocab_size() const override { return base_->vocab_size(); }
+  DType input_dtype() const override { return base_->input_dtype(); }
+  Shape sample_shape() const override { return base_->sample_shape(); }
+  bool is_sequence() const override { return base_->is_sequence(); }
+  bool variable_length() const override { return base_->variable_length(); }
+  std::int32_t length(std::int64_t i) const override { return base_->length(i); }
+  std::int32_t label(std::int64_t i) const override { return base_->label(i); }
+  void decode_target(std::int64_t i, float* dst) const override { base_->decode_target(i, dst); }
+  void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(i, dst); }
+  void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
+    base_->decode_tokens(i, dst, steps);
+  }
+  std::string describe() const override { return base_->describe(); }
+  std::vector<std::string> notes() const override { return base_->notes(); }
+  std::optional<double> input_bound() const override { return base_->input_bound(); }
+  bool checks_at_batch() const override { return base_->checks_at_batch(); }
+  void check_unchanged() const override { base_->check_unchanged(); }
+  std::vector<std::string> class_names() const override { return base_->class_names(); }
+
+ protected:
+  std::shared_ptr<const data::Dataset> base_;
+};
 
 /// `base`'s samples read as `shape` (the same elements in the same order, e.g. Fashion-MNIST's
 /// [1, 28, 28] images as [784]); InvalidArgument when the element counts differ. Float data only.

@@ -20,20 +20,12 @@ namespace mirror::train {
 namespace {
 
 /// The samples of `base` at `indices` (ascending), in that order.
-class Subset final : public data::Dataset {
+class Subset final : public DatasetView {
  public:
   Subset(std::shared_ptr<const data::Dataset> base, std::vector<std::int64_t> indices,
          std::uint64_t seed)
-      : base_(std::move(base)), indices_(std::move(indices)), seed_(seed) {}
+      : DatasetView(std::move(base)), indices_(std::move(indices)), seed_(seed) {}
   std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
-  int num_classes() const override { return base_->num_classes(); }
-  data::TargetKind target_kind() const override { return base_->target_kind(); }
-  Shape target_shape() const override { return base_->target_shape(); }
-  std::int64_t vocab_size() const override { return base_->vocab_size(); }
-  DType input_dtype() const override { return base_->input_dtype(); }
-  Shape sample_shape() const override { return base_->sample_shape(); }
-  bool is_sequence() const override { return base_->is_sequence(); }
-  bool variable_length() const override { return base_->variable_length(); }
   std::int32_t length(std::int64_t i) const override { return base_->length(at(i)); }
   std::int32_t label(std::int64_t i) const override { return base_->label(at(i)); }
   void decode_target(std::int64_t i, float* dst) const override {
@@ -43,11 +35,6 @@ class Subset final : public data::Dataset {
   void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
     base_->decode_tokens(at(i), dst, steps);
   }
-  std::vector<std::string> notes() const override { return base_->notes(); }
-  std::optional<double> input_bound() const override { return base_->input_bound(); }
-  bool checks_at_batch() const override { return base_->checks_at_batch(); }
-  void check_unchanged() const override { base_->check_unchanged(); }
-  std::vector<std::string> class_names() const override { return base_->class_names(); }
   std::string describe() const override {
     return base_->describe() + " (random " + std::to_string(size()) + " of " +
            std::to_string(base_->size()) + ", seed " + std::to_string(seed_) + ")";
@@ -60,7 +47,6 @@ class Subset final : public data::Dataset {
         "sample " + std::to_string(i) + " outside the subset of " + std::to_string(size()));
     return indices_[static_cast<std::size_t>(i)];
   }
-  std::shared_ptr<const data::Dataset> base_;
   std::vector<std::int64_t> indices_;
   std::uint64_t seed_;
 };
