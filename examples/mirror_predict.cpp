@@ -179,7 +179,12 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
       read[k % size] += static_cast<std::size_t>(rows * classes);
     }
     pr::write_npy(f.output, shape, all);
-    if (!f.output_classes.empty()) pr::write_class_csv(f.output_classes, all, classes, ck.classes, files);
+    if (!f.output_classes.empty()) {
+      // A binary head's output is a logit unless it was turned into a probability.
+      const bool probability = f.output_kind == "probabilities" || ck.spec.ends_in_sigmoid();
+      pr::write_class_csv(f.output_classes, all, classes, ck.classes, files,
+                          probability ? 0.5 : 0.0);
+    }
     std::cerr << "mirror-predict: " << n << " samples -> " << f.output << " (" << f.output_kind
               << " " << mirror::shape_str(shape) << ", model '" << ck.spec.name() << "' from "
               << ck.file.string() << ", step " << ck.step << ")\n";

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "mirror/error.h"
 #include "mirror/nn/recurrent.h"
@@ -62,6 +65,27 @@ TEST(PredictRun, ProbabilitiesAreTheSoftmax) {
   EXPECT_NEAR(v[2] / v[1], std::exp(1.0), 1e-4);
   EXPECT_FLOAT_EQ(v[5], 1.0f);
   EXPECT_FLOAT_EQ(v[3], 0.0f);
+}
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(PredictClasses, ArgMaxNamedAndABinaryHeadAtItsThreshold) {
+  testing_util::TempDir dir;
+  const auto csv = dir.path() / "c.csv";
+  predict::write_class_csv(csv.string(), {0.1f, 0.7f, 0.2f, 0.9f, 0.0f, 0.1f}, 3,
+                           {"ankle", "bag", "coat"}, {"a.png", "b.png"});
+  EXPECT_EQ(read_all(csv), "sample,class\na.png,bag\nb.png,ankle\n");
+  // One output (a sigmoid head on labels 0/1): class 1 above the threshold, named by the two
+  // class names the image folder had; before, the arg-max of one value named class 0 always.
+  predict::write_class_csv(csv.string(), {-2.0f, 0.5f}, 1, {"cats", "dogs"}, {}, 0.0);
+  EXPECT_EQ(read_all(csv), "sample,class\n0,cats\n1,dogs\n");
+  predict::write_class_csv(csv.string(), {0.3f, 0.6f}, 1, {"cats", "dogs"}, {}, 0.5);
+  EXPECT_EQ(read_all(csv), "sample,class\n0,cats\n1,dogs\n");
+  predict::write_class_csv(csv.string(), {0.3f, 0.6f}, 1, {}, {}, 0.5);
+  EXPECT_EQ(read_all(csv), "sample,class\n0,0\n1,1\n");
 }
 
 TEST(PredictInputs, NameExpectedAndFound) {

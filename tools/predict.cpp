@@ -236,13 +236,15 @@ Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& 
 
 void write_class_csv(const std::string& path, const std::vector<float>& outputs,
                      std::int64_t classes, const std::vector<std::string>& class_names,
-                     const std::vector<std::string>& names) {
+                     const std::vector<std::string>& names, double binary_threshold) {
   std::string text = "sample,class\n";
   const std::int64_t rows = classes > 0 ? static_cast<std::int64_t>(outputs.size()) / classes : 0;
+  const bool binary = classes == 1;
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* v = outputs.data() + r * classes;
-    const auto best = std::max_element(v, v + classes) - v;
-    const bool named = static_cast<std::int64_t>(class_names.size()) == classes;
+    const auto best = binary ? static_cast<std::ptrdiff_t>(v[0] > binary_threshold)
+                             : std::max_element(v, v + classes) - v;
+    const bool named = static_cast<std::int64_t>(class_names.size()) == (binary ? 2 : classes);
     text += (r < static_cast<std::int64_t>(names.size()) ? names[static_cast<std::size_t>(r)]
                                                          : std::to_string(r)) +
             "," + (named ? class_names[static_cast<std::size_t>(best)] : std::to_string(best)) +

@@ -68,11 +68,13 @@ Inputs read_csv_input(const std::string& path, const std::string& label_column);
 /// images; DataError naming the file (and its index) for a bad image.
 Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
                         std::vector<std::string>& files, bool raw = false);
-/// Writes "sample,class" lines: each row's arg-max class, named by `classes` when it has them;
-/// `names` (one per row, e.g. the image files) or the row index names the sample.
+/// Writes "sample,class" lines: each row's arg-max class, named by `class_names` when it has
+/// one name per output; `names` (one per row, e.g. the image files) or the row index names the
+/// sample. One output is a binary head (Note [Binary heads]): class 1 when the output is above
+/// `binary_threshold` (0 for a logit, 0.5 for a probability), named by two class names.
 void write_class_csv(const std::string& path, const std::vector<float>& outputs,
                      std::int64_t classes, const std::vector<std::string>& class_names,
-                     const std::vector<std::string>& names);
+                     const std::vector<std::string>& names, double binary_threshold = 0.0);
 /// Token text: one sequence per line, ids separated by spaces or tabs, padded with 0 to the
 /// longest line; `labeled` skips the first field (the training format "label id id ...").
 Inputs read_token_input(const std::string& path, bool labeled);
