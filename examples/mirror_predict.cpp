@@ -139,10 +139,9 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     std::string what;
     const pr::InputSpec spec = pr::input_spec(model);
     inputs = read_inputs(f, what, spec, ck.spec.reads_raw_values(), files);
-    if (!f.input_shape.empty()) pr::reshape_samples(inputs, parse_shape(f.input_shape));
-    // A Keras model reads its sequences padded as in training (Note [Sequence masks]).
-    if (model.keras_masks() && inputs.tokens) pr::pad_tokens(inputs, model.input_shape().at(0));
-    pr::check_inputs(inputs, spec, what, f.input_shape);
+    pr::prepare_inputs(inputs, model, what,
+                       f.input_shape.empty() ? mirror::Shape{} : parse_shape(f.input_shape),
+                       f.input_shape);
   });
   if (code) return code;
   const std::int64_t n = inputs.count(), r = rt.world_rank(), size = rt.world_size();
@@ -158,8 +157,7 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
       const std::vector<float> part = pr::run_model(model, inputs, begin, end, f.batch_size);
       mine.insert(mine.end(), part.begin(), part.end());
     }
-    if (f.output_kind == "probabilities")
-      pr::to_probabilities(mine, classes, pr::sigmoid_outputs(ck.spec, classes));
+    pr::apply_output_kind(mine, ck.spec, classes, f.output_kind);
   });
   if (code) return code;
   const auto shares = rt.all_gather_string(

@@ -60,7 +60,7 @@ TEST(PredictRun, GivesTheDataLengthsLikeTraining) {
 
 TEST(PredictRun, ProbabilitiesAreTheSoftmax) {
   std::vector<float> v = {1, 2, 3, -1000, 0, 1000};
-  predict::to_probabilities(v, 3);
+  predict::to_probabilities(v, 3, false);
   EXPECT_NEAR(v[0] + v[1] + v[2], 1.0, 1e-6);
   EXPECT_NEAR(v[2] / v[1], std::exp(1.0), 1e-4);
   EXPECT_FLOAT_EQ(v[5], 1.0f);

@@ -498,6 +498,19 @@ bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs) {
   return spec.sigmoid_folded() || outputs == 1;
 }
 
+void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec,
+                       std::int64_t outputs, const std::string& output_kind) {
+  if (output_kind == "probabilities")
+    to_probabilities(values, outputs, sigmoid_outputs(spec, outputs));
+}
+
+void prepare_inputs(Inputs& inputs, nn::Sequential& model, const std::string& what,
+                    const Shape& input_shape, const std::string& reshaped_by) {
+  if (!input_shape.empty()) reshape_samples(inputs, input_shape);
+  if (model.keras_masks() && inputs.tokens) pad_tokens(inputs, model.input_shape().at(0));
+  check_inputs(inputs, input_spec(model), what, reshaped_by);
+}
+
 void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid) {
   if (sigmoid) {
     for (float& v : values) v = static_cast<float>(1.0 / (1.0 + std::exp(-double(v))));

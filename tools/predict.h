@@ -90,6 +90,12 @@ void pad_tokens(Inputs& inputs, std::int64_t steps);
 /// `reshaped_by`: the --input-shape the samples were given, if any (named in the message).
 void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string& what,
                   const std::string& reshaped_by = "");
+/// mirror-predict's steps between reading the samples and running `model`, which the Python
+/// module shares: `input_shape` when given (`reshaped_by`: how the caller named it, for the
+/// messages), a Keras model's token ids padded to its input length (Note [Sequence masks]),
+/// then check_inputs.
+void prepare_inputs(Inputs& inputs, nn::Sequential& model, const std::string& what,
+                    const Shape& input_shape, const std::string& reshaped_by);
 
 /// The model's outputs for samples [begin, end) in batches of `batch_size`: inference mode
 /// (BatchNormalization's moving statistics, no dropout); token sequences get their lengths
@@ -99,11 +105,15 @@ std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::i
 
 /// Softmax over each row of `classes` values, in double; with `sigmoid`, the sigmoid of each value
 /// instead (Note [Folded sigmoid]: a binary or multi-label head, see sigmoid_outputs).
-void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid = false);
+void to_probabilities(std::vector<float>& values, std::int64_t classes, bool sigmoid);
 /// Whether a model's probabilities are the sigmoid of each output rather than a softmax: its
 /// sigmoid was folded into binary cross-entropy, or it has one output (a binary logit, whose
 /// softmax would be 1 whatever the input).
 bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs);
+/// `values` (rows of `outputs` logits) left as they are for `output_kind` "logits", or turned
+/// into probabilities: the softmax of each row, or each output's sigmoid (sigmoid_outputs).
+void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec,
+                       std::int64_t outputs, const std::string& output_kind);
 
 /// Writes a float32 .npy; Error naming the file and the system's reason when it cannot.
 void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& values);

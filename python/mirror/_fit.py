@@ -7,21 +7,23 @@ import os
 
 from . import _mirror
 from ._errors import Preempted, StopTraining
-from ._models import Model
+from ._models import Model, readable_array
 
 
 class History:
     """What :func:`fit` returns, shaped like Keras's ``History``.
 
     ``history``: per-epoch lists by metric name (``loss``, ``accuracy`` or ``mse``/``mae``, and
-    ``val_...`` with validation data); ``epoch``: the epoch indices (0-based); ``model``: the
+    ``val_...`` with validation data); ``epoch``: the epoch indices (0-based, continuing from
+    the checkpoint after ``resume``, as the callbacks number them); ``model``: the
     trained :class:`Model` (weights and bound spec, for :func:`predict`); ``summary``: the run's
     summary (test metrics, ``weights_fingerprint`` as mirror-train prints it, ``steps``,
     ``wall_seconds``, ``preempted``, ``stopped_by_callback``, ...); ``params``: the keywords."""
 
     def __init__(self, result, params):
         logs = result["history"]
-        self.epoch = list(range(len(logs)))
+        first = result.get("first_epoch", 0)  # past 0 when the run resumed
+        self.epoch = list(range(first, first + len(logs)))
         self.history = {}
         for epoch_logs in logs:
             for name, value in epoch_logs.items():
@@ -73,8 +75,7 @@ def _data_source(split, x, y, args, arrays):
         if _is_path(value):
             args.append(f"{flag}={os.fsdecode(value)}")
             continue
-        import numpy  # only needed for arrays
-        arrays[key] = value if isinstance(value, numpy.ndarray) else numpy.asarray(value)
+        arrays[key] = readable_array(value, name)
         args.append(f"{flag}={name}")
 
 
@@ -102,6 +103,14 @@ def _flag_args(options, switches):
     return args
 
 
+def _asks_to_stop(result):
+    """True only for True (a NumPy bool included): a callback written for Keras returns None,
+    and a value that merely happens to be truthy (a dict of logs, an array) must not stop."""
+    kind = type(result)
+    numpy_bool = kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+    return result is True or (numpy_bool and bool(result))
+
+
 class _Hooks:
     """The callbacks as the library calls them (Note [Fit callbacks]): every rank, after each
     step / epoch; True stops, a str is the message of an exception kept here to raise again."""
@@ -117,7 +126,7 @@ class _Hooks:
             if fn is None:
                 continue
             try:
-                stop = bool(fn(index, logs)) or stop
+                stop = _asks_to_stop(fn(index, logs)) or stop
             except StopTraining:
                 stop = True
             except BaseException as error:  # noqa: B036 -- every rank must hear of it

@@ -6,6 +6,7 @@ import os
 import tempfile
 
 from . import _mirror
+from ._errors import DataError
 
 
 class Model:
@@ -38,6 +39,23 @@ def load(checkpoint):
                  path=result["path"])
 
 
+def readable_array(value, name):
+    """``value`` as a NumPy array the library can borrow, or DataError naming ``name``: an array
+    of Python objects (ragged rows) or one stored in the other byte order cannot be read."""
+    import numpy
+
+    a = value if isinstance(value, numpy.ndarray) else numpy.asarray(value)
+    if a.dtype.hasobject:
+        raise DataError(f"{name}: a NumPy array of Python objects (dtype object, e.g. rows of "
+                        "different lengths) is not read by Mirror; give one numeric array, "
+                        "padded to one shape")
+    if not a.dtype.isnative:
+        native = a.dtype.newbyteorder("=")
+        raise DataError(f"{name}: NumPy dtype '{a.dtype.str}' is stored in the other byte order, "
+                        f"which Mirror does not read; convert it with .astype('{native.str}')")
+    return a
+
+
 def predict(model, x, *, batch_size=256, output_kind="logits", input_shape=None):
     """The model's outputs on ``x`` ([N, ...] as in training: floats, uint8 scaled by 1/255, or
     int token ids), as a float32 array [N, outputs], in inference mode (no dropout, BatchNorm's
@@ -45,12 +63,11 @@ def predict(model, x, *, batch_size=256, output_kind="logits", input_shape=None)
 
     model: a :class:`Model` (``history.model``, :func:`load`), a :class:`History`, or a
         checkpoint folder or file.
-    output_kind: ``"logits"`` or ``"probabilities"`` (softmax over each row).
+    output_kind: ``"logits"`` or ``"probabilities"`` (softmax over each row; the sigmoid of
+        each output for a one-output or sigmoid head).
     input_shape: reshape each sample first, like mirror-train's ``input_shape``.
     """
-    import numpy
-
-    x = x if isinstance(x, numpy.ndarray) else numpy.asarray(x)
+    x = readable_array(x, "x")
     shape = [int(d) for d in input_shape] if input_shape is not None else []
     model = getattr(model, "model", model)  # a History
     if isinstance(model, Model):

@@ -79,6 +79,7 @@ nb::dict summary_dict(const train::FitSummary& s) {
   d["weights_fingerprint"] = std::string(fingerprint);
   d["preempted"] = s.preempted;
   d["stopped_by_callback"] = s.stopped_by_callback;
+  d["first_epoch"] = s.first_epoch;
   return d;
 }
 

@@ -59,19 +59,23 @@ nb::object predict(const std::optional<std::string>& path, const std::optional<s
                "batch_size must be >= 1, got " + std::to_string(batch_size));
   const pr::CheckpointModel ck =
       path ? pr::load_checkpoint_model(*path) : in_memory_model(*spec, weights, "model");
-  pr::Inputs inputs = pr::array_input(borrow_array(x, "x"), "x");
+  // uint8 samples as stored for a model that rescales its own input (Note [Raw values]).
+  pr::Inputs inputs =
+      pr::array_input(borrow_array(x, "x"), "x", !ck.spec.reads_raw_values());
   Shape shape;
   std::vector<float> out;
   {
     StopSignalScope blocked(false);  // Note [Python stop signals]
     nb::gil_scoped_release release;
-    if (!input_shape.empty())
-      pr::reshape_samples(inputs, Shape(input_shape.begin(), input_shape.end()));
     nn::Sequential model = pr::build_model(ck, Device::cpu());
-    pr::check_inputs(inputs, pr::input_spec(model), "x");
+    std::string reshaped_by;
+    for (std::size_t i = 0; i < input_shape.size(); ++i)
+      reshaped_by += (i ? "," : "") + std::to_string(input_shape[i]);
+    pr::prepare_inputs(inputs, model, "x", Shape(input_shape.begin(), input_shape.end()),
+                       reshaped_by);
     out = pr::run_model(model, inputs, 0, inputs.count(), batch_size);
     shape = model.output_shape();
-    if (output_kind == "probabilities") pr::to_probabilities(out, shape_numel(shape));
+    pr::apply_output_kind(out, ck.spec, shape_numel(shape), output_kind);
     shape.insert(shape.begin(), inputs.count());
   }
   return to_numpy(Tensor::from_vector<float>(out, shape));

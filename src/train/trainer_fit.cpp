@@ -134,6 +134,7 @@ FitSummary Trainer::Impl::fit() {
   if (stop && is_root())
     progress.message("[mirror] global step " + std::to_string(global_step) +
                      " already reaches --max-steps; nothing to train");
+  summary.first_epoch = start.epoch;
   for (int epoch = start.epoch; epoch < config.epochs && !stop; ++epoch) {
     EpochRun run = begin_epoch(epoch, epoch == start.epoch ? start.step_in_epoch : 0);
     for (std::int64_t step = run.first_step; step < run.steps && !stop; ++step) {

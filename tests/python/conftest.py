@@ -15,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("MIRROR_BUILD_DIR", ROOT / "build"))
 MIRRORRUN = ROOT / "launch" / "mirrorrun"
 MIRROR_TRAIN = BUILD / "bin" / "mirror-train"
+MIRROR_PREDICT = BUILD / "bin" / "mirror-predict"
 
 # A small three-class problem: 8 features, class c shifted along feature c.
 MLP_SPEC = {"name": "mlp", "layers": [{"type": "dense", "units": 16, "activation": "relu"},

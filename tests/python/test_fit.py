@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mirror
-from conftest import MIRROR_TRAIN, MLP_SPEC, blobs, run
+from conftest import MIRROR_PREDICT, MIRROR_TRAIN, MLP_SPEC, blobs, run
 
 QUIET = dict(devices="cpu", no_progress=True)
 
@@ -167,3 +167,101 @@ def test_an_exception_in_a_callback_is_raised_as_itself(data):
 def test_rank_size_and_version():
     assert (mirror.rank(), mirror.size(), mirror.local_rank(), mirror.local_size()) == (0, 1, 0, 1)
     assert mirror.__version__.count(".") == 2
+
+
+def cli_predict(checkpoint, x, tmp_path, *flags):
+    """mirror-predict's output on x (through a .npy), for comparing with mirror.predict."""
+    np.save(tmp_path / "cli_x.npy", x)
+    out = run([MIRROR_PREDICT, "--checkpoint", checkpoint, "--input", tmp_path / "cli_x.npy",
+               "--output", tmp_path / "cli_y.npy", "--devices", "cpu", *flags])
+    assert out.returncode == 0, out.stderr
+    return np.load(tmp_path / "cli_y.npy")
+
+
+def test_predict_follows_mirror_predicts_input_and_output_rules(data, tmp_path):
+    x, y, xt, yt = data
+    # A sigmoid head: probabilities are each output's sigmoid (a softmax over one value is 1).
+    sigmoid = {"name": "bin", "layers": [{"type": "dense", "units": 16, "activation": "relu"},
+                                         {"type": "dense", "units": 1,
+                                          "activation": "sigmoid"}]}
+    h = mirror.fit(sigmoid, x, (y > 0).astype(np.int64), epochs=2, lr=0.01,
+                   checkpoint_dir=tmp_path / "sig", **QUIET)
+    logits = mirror.predict(h, xt[:16])
+    probabilities = mirror.predict(h, xt[:16], output_kind="probabilities")
+    np.testing.assert_allclose(probabilities, 1 / (1 + np.exp(-logits.astype(np.float64))),
+                               rtol=1e-6)
+    assert 0 < probabilities.min() and probabilities.max() < 1
+    np.testing.assert_array_equal(
+        probabilities,
+        cli_predict(tmp_path / "sig", xt[:16], tmp_path, "--output-kind", "probabilities"))
+
+    # A model that rescales its own input reads uint8 as stored, as in training.
+    rescaling = {"name": "rs", "input_shape": [8],
+                 "layers": [{"type": "rescaling", "scale": 1 / 255},
+                            {"type": "dense", "units": 8, "activation": "relu"},
+                            {"type": "dense"}]}
+    pixels = np.random.default_rng(3).integers(0, 256, (256, 8)).astype(np.uint8)
+    h = mirror.fit(rescaling, pixels, y[:256], epochs=1, checkpoint_dir=tmp_path / "rs", **QUIET)
+    np.testing.assert_array_equal(mirror.predict(h, pixels[:16]),
+                                  mirror.predict(h, pixels[:16].astype(np.float32)))
+    np.testing.assert_array_equal(mirror.predict(h, pixels[:16]),
+                                  cli_predict(tmp_path / "rs", pixels[:16], tmp_path))
+
+
+def test_predict_pads_tokens_to_a_keras_models_length(tmp_path):
+    # A Keras model that states its input length sees its sequences padded to it, as in training.
+    keras = {"class_name": "Sequential", "config": {"name": "tokens", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [None, 10]}},
+        {"class_name": "Embedding", "config": {"input_dim": 20, "output_dim": 4}},
+        {"class_name": "Conv1D", "config": {"filters": 4, "kernel_size": 3, "padding": "same",
+                                            "activation": "relu"}},
+        {"class_name": "GlobalAveragePooling1D", "config": {}},
+        {"class_name": "Dense", "config": {"units": 2}}]}}
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(1, 20, (128, 6)).astype(np.int64)
+    labels = rng.integers(0, 2, 128)
+    h = mirror.fit(json.dumps(keras), tokens, labels, epochs=1,
+                   checkpoint_dir=tmp_path / "ck", **QUIET)
+    padded = np.zeros((128, 10), np.int64)
+    padded[:, :6] = tokens
+    np.testing.assert_array_equal(mirror.predict(h, tokens), mirror.predict(h, padded))
+    np.testing.assert_array_equal(mirror.predict(h, tokens),
+                                  cli_predict(tmp_path / "ck", tokens, tmp_path))
+
+
+def test_unreadable_arrays_and_truthy_callback_values(data):
+    x, y, _, _ = data
+    with pytest.raises(mirror.DataError, match=r"other byte order.*astype\('<f4'\)"):
+        mirror.fit(MLP_SPEC, x.astype(">f4"), y, epochs=1, **QUIET)
+    with pytest.raises(mirror.DataError, match="Python objects"):
+        mirror.fit(MLP_SPEC, x, y.astype(object), epochs=1, **QUIET)
+    h = mirror.fit(MLP_SPEC, x, y, epochs=1, **QUIET)
+    with pytest.raises(mirror.DataError, match=r"'x'.*other byte order|x: NumPy dtype '>f4'"):
+        mirror.predict(h, x.astype(">f4"))
+
+    class Chatty:  # returns its logs, as some Keras-style callbacks do: that is not a stop
+        def on_epoch_end(self, epoch, logs):
+            return logs
+
+    assert mirror.fit(MLP_SPEC, x, y, epochs=2, callbacks=[Chatty()], **QUIET).epoch == [0, 1]
+
+    class StopsWithNumpyTrue:
+        def on_epoch_end(self, epoch, logs):
+            return np.bool_(epoch == 0)
+
+    assert mirror.fit(MLP_SPEC, x, y, epochs=3, callbacks=[StopsWithNumpyTrue()],
+                      **QUIET).epoch == [0]
+
+
+def test_history_epochs_continue_after_resume(data, tmp_path):
+    x, y, _, _ = data
+    mirror.fit(MLP_SPEC, x, y, epochs=2, checkpoint_dir=tmp_path / "ck", **QUIET)
+    seen = []
+
+    class Epochs:
+        def on_epoch_end(self, epoch, logs):
+            seen.append(epoch)
+
+    h = mirror.fit(MLP_SPEC, x, y, epochs=4, resume=tmp_path / "ck", callbacks=[Epochs()],
+                   **QUIET)
+    assert h.epoch == seen == [2, 3]

@@ -159,8 +159,10 @@ struct FitSummary {
   bool preempted = false;
   // Stopped early because a fit callback asked to (Note [Fit callbacks]).
   bool stopped_by_callback = false;
-  // Each epoch's logs (as FitCallbacks::on_epoch_end gets them), for this fit's epochs.
+  // Each epoch's logs (as FitCallbacks::on_epoch_end gets them), for this fit's epochs; the
+  // first is epoch first_epoch (0-based: past 0 after --resume).
   std::vector<Logs> history;
+  int first_epoch = 0;
 };
 
 /// Note [Fit callbacks]: hooks a front end (the Python module's callbacks) runs on every rank,
