@@ -296,6 +296,43 @@ TEST(DatasetViews, KeepTheBasesClassNamesFileChecksAndNotes) {
   }
 }
 
+TEST(TokenArrays, TestIdsTheEmbeddingCannotReadAreRefusedAtLoad) {
+  // Before, the run trained a whole epoch and then died in the embedding at evaluation.
+  TempDir dir;
+  const auto write_tokens = [&](const std::string& name, std::int64_t largest) {
+    std::vector<std::int64_t> ids(8 * 4), labels(8);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = 1 + static_cast<std::int64_t>(i % 9);
+    ids[5] = largest;
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 2);
+    const std::string x = (dir.path() / (name + "-x.npy")).string();
+    write_npy(x, data::ElementType::kInt64, {8, 4}, ids.data(), ids.size() * 8);
+    write_npy((dir.path() / (name + "-y.npy")).string(), data::ElementType::kInt64, {8},
+              labels.data(), labels.size() * 8);
+    return std::pair{x, (dir.path() / (name + "-y.npy")).string()};
+  };
+  const auto [train_x, train_y] = write_tokens("train", 9);
+  const auto [fits_x, fits_y] = write_tokens("fits", 9);
+  const auto [beyond_x, beyond_y] = write_tokens("beyond", 40);
+  train::TrainConfig c;
+  c.model_spec = (dir.path() / "spec.json").string();
+  std::ofstream(c.model_spec) << json{{"name", "t"},
+                                      {"layers",
+                                       {{{"type", "embedding"}, {"output_dim", 3}},
+                                        {{"type", "gru"}, {"units", 2}},
+                                        {{"type", "dense"}}}}}
+                                     .dump();
+  c.train_x = train_x;
+  c.train_y = train_y;
+  c.test_x = fits_x;
+  c.test_y = fits_y;
+  EXPECT_EQ(train::task_from_config(c).task.test->vocab_size(), 10);
+  c.test_x = beyond_x;
+  c.test_y = beyond_y;
+  EXPECT_THAT(error_of([&] { train::task_from_config(c); }),
+              AllOf(HasSubstr("token ids up to 40"), HasSubstr("reads ids below 10"),
+                    HasSubstr("beyond-x.npy")));
+}
+
 TEST(Normalization, AdaptedValuesThatToJsonDidNotWriteAreNamed) {
   Files f(2);
   json model = keras_head(1, "sigmoid");

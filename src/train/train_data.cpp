@@ -371,6 +371,33 @@ std::string data_checksum(const data::Dataset& train, const data::Dataset* test)
   return buf;
 }
 
+namespace {
+
+/// The ids the bound model's Embedding reads (its input_dim: stated, or the training data's
+/// largest id + 1); 0 for a model without one.
+std::int64_t embedding_rows(const nn::ModelSpec& bound) {
+  const nlohmann::json spec = bound.to_json();  // kept alive: the loop reads into it
+  for (const auto& layer : spec.at("layers")) {
+    if (layer.value("type", "") == "embedding") return layer.at("input_dim").get<std::int64_t>();
+  }
+  return 0;
+}
+
+/// Test token ids the model cannot read would stop the run at its first evaluation, an epoch
+/// in; refused at load instead, naming the data (token text is checked as it is read).
+void check_test_vocabulary(const nn::ModelSpec& bound, const data::Dataset* test) {
+  if (test == nullptr || test->vocab_size() <= 0) return;
+  const std::int64_t rows = embedding_rows(bound);
+  MIRROR_CHECK(rows == 0 || test->vocab_size() <= rows, DataError,
+               "the test data (" + test->describe() + ") has token ids up to " +
+                   std::to_string(test->vocab_size() - 1) +
+                   ", but the model's embedding reads ids below " + std::to_string(rows) +
+                   " (its input_dim, or the training data's largest id + 1): give test "
+                   "tokens of the training vocabulary, or state a larger input_dim");
+}
+
+}  // namespace
+
 ConfigTask task_from_config(const TrainConfig& c, const Sources& s) {
   check_sources(c, s);
   // Note [Raw values]: a model that starts with a Rescaling or Normalization reads pixels 0..255.
@@ -382,6 +409,7 @@ ConfigTask task_from_config(const TrainConfig& c, const Sources& s) {
   }
   ConfigTask t;
   const nn::ModelSpec bound = bind_to_data(c, s, d, t.loss);
+  check_test_vocabulary(bound, d.test.get());
   t.name = bound.name();
   t.label = t.name;
   if (!c.model_spec.empty()) {
