@@ -333,6 +333,19 @@ TEST(TokenArrays, TestIdsTheEmbeddingCannotReadAreRefusedAtLoad) {
                     HasSubstr("beyond-x.npy")));
 }
 
+TEST(OwnData, OneClassOfLabelsIsWarnedAbout) {
+  const Files one(1), two(2);
+  const json spec = {{"name", "m"}, {"layers", {{{"type", "dense"}}}}};
+  const auto warnings = [&](const Files& f) {
+    std::string all;
+    for (const std::string& w : train::task_from_config(config(f, f.spec(spec))).warnings)
+      all += w + "\n";
+    return all;
+  };
+  EXPECT_THAT(warnings(one), HasSubstr("every training label is 0: one class"));
+  EXPECT_THAT(warnings(two), ::testing::Not(HasSubstr("one class")));
+}
+
 TEST(Normalization, AdaptedValuesThatToJsonDidNotWriteAreNamed) {
   Files f(2);
   json model = keras_head(1, "sigmoid");

@@ -154,6 +154,11 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
   }
   check_vocabulary(d, split, out);
   const auto distinct = static_cast<std::int64_t>(labels.size());
+  if (!float_targets && distinct == 1 && split == "training") {
+    out.warnings.push_back("every training label is " + std::to_string(*labels.begin()) +
+                           ": one class, so there is nothing to learn (a model that always "
+                           "answers it is always right); check the labels file");
+  }
   if (!float_targets && distinct > 0 && d.num_classes() > 10 * distinct + 100) {
     out.warnings.push_back("the " + split + " labels take " + std::to_string(distinct) +
                            " distinct values but make " + std::to_string(d.num_classes()) +
@@ -169,6 +174,12 @@ DataSplits load_own_data(const TrainConfig& c, const Sources& s, bool raw_values
   DataSplits d;
   if (!c.train_images.empty()) {
     d.train = load_images(c, c.train_images, {}, raw_values);
+    if (d.train->class_names().size() == 1) {
+      d.warnings.push_back(c.train_images + " has one class folder (" +
+                           d.train->class_names().front() +
+                           "), so there is nothing to learn (a model that always answers it is "
+                           "always right); give one subfolder per class");
+    }
     if (!c.test_images.empty()) {
       d.test = load_images(c, c.test_images, d.train->class_names(), raw_values);
     }
