@@ -247,6 +247,8 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
                      std::to_string(strategy->world_replicas()) + " replica(s); global batch " +
                      std::to_string(global_batch) + "; loss " + dist::loss_name(loss) + "; " +
                      task.train->describe() + augment_note);
+    // The test split's line says, among other things, when --test-limit evaluates a subset.
+    if (task.test) progress.message("[mirror] evaluated on " + task.test->describe());
     log_precision();
   }
 }
