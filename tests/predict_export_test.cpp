@@ -88,6 +88,42 @@ TEST(PredictClasses, ArgMaxNamedAndABinaryHeadAtItsThreshold) {
   EXPECT_EQ(read_all(csv), "sample,class\n0,0\n1,1\n");
 }
 
+TEST(PredictInputs, AKerasTokenModelPadsShorterRowsAndRefusesLongerOnes) {
+  // A Keras model stating its input length (5) saw every sequence padded to 5 in training.
+  const json keras = {
+      {"class_name", "Sequential"},
+      {"config",
+       {{"name", "k"},
+        {"layers",
+         {{{"class_name", "InputLayer"}, {"config", {{"batch_shape", {nullptr, 5}}}}},
+          {{"class_name", "Embedding"},
+           {"config", {{"input_dim", 20}, {"output_dim", 3}, {"mask_zero", true}}}},
+          {{"class_name", "GRU"}, {"config", {{"units", 2}}}},
+          {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}}}};
+  const nn::ModelSpec spec =
+      nn::ModelSpec::from_json(keras).bind({{5}, DType::kInt32, 2, 20});
+  nn::Sequential model = nn::make_model(spec, DType::kFloat32, Device::cpu(), 1);
+  predict::Inputs short_rows;
+  short_rows.tokens = true;
+  short_rows.shape = {2, 3};
+  short_rows.ids = {1, 2, 3, 4, 5, 0};
+  predict::prepare_inputs(short_rows, model, "x", {}, "");
+  EXPECT_EQ(short_rows.shape, (Shape{2, 5}));
+  EXPECT_EQ(short_rows.ids, (std::vector<std::int32_t>{1, 2, 3, 0, 0, 4, 5, 0, 0, 0}));
+  predict::Inputs long_rows;
+  long_rows.tokens = true;
+  long_rows.shape = {1, 7};
+  long_rows.ids = {1, 2, 3, 4, 5, 6, 7};
+  try {
+    predict::prepare_inputs(long_rows, model, "x", {}, "");
+    FAIL() << "7 tokens were read by a model of 5";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("x holds sequences of 7 tokens, but the model reads 5"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PredictInputs, NameExpectedAndFound) {
   nn::Sequential model = nn::make_model(word_spec(true), DType::kFloat32, Device::cpu(), 3);
   const predict::InputSpec spec = predict::input_spec(model);

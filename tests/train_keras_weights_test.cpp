@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -332,6 +334,25 @@ TEST(KerasWeights, MismatchedFilesAreRefusedByName) {
     EXPECT_NE(
         std::string(e.what()).find("'layers/dense/vars/0' is [64,10] but Mirror layer dense_1"),
         std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(KerasWeights, ANonFiniteWeightIsRefusedByName) {
+  // Before, --init-weights took it and the run stopped a step later advising a lower --lr.
+  const nn::ModelSpec gru = nn::ModelSpec::builtin("gru-rows").bind(data_for("gru-rows"));
+  std::vector<KerasVariables> variables = keras_weights_layout(gru);
+  for (KerasVariables& v : variables) {
+    if (v.path != "layers/dense") continue;
+    v.values.at(0) = v.values.at(0).clone();
+    v.values.at(0).data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  }
+  try {
+    from_keras_weights(gru, variables, "w.h5");
+    FAIL() << "a NaN weight was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("w.h5: 'layers/dense/vars/0' holds nan at element 3"),
+              std::string::npos)
         << e.what();
   }
 }

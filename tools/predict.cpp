@@ -507,7 +507,18 @@ void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec,
 void prepare_inputs(Inputs& inputs, nn::Sequential& model, const std::string& what,
                     const Shape& input_shape, const std::string& reshaped_by) {
   if (!input_shape.empty()) reshape_samples(inputs, input_shape);
-  if (model.keras_masks() && inputs.tokens) pad_tokens(inputs, model.input_shape().at(0));
+  if (model.keras_masks() && inputs.tokens) {
+    // Training refuses longer sequences (fixed_length); predicting on them would read steps
+    // the model never saw.
+    const std::int64_t steps = model.input_shape().at(0);
+    MIRROR_CHECK(steps <= 0 || inputs.shape.size() != 2 || inputs.shape[1] <= steps,
+                 InvalidArgument,
+                 what + " holds sequences of " + std::to_string(inputs.shape[1]) +
+                     " tokens, but the model reads " + std::to_string(steps) +
+                     " (its input length, as in training): shorten them to " +
+                     std::to_string(steps) + " tokens");
+    pad_tokens(inputs, steps);
+  }
   check_inputs(inputs, input_spec(model), what, reshaped_by);
 }
 

@@ -5,6 +5,7 @@
 #include "mirror/train/keras_weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <set>
@@ -326,6 +327,16 @@ NamedTensors from_keras_weights(const nn::ModelSpec& bound,
                          shape_str(got.values[k].shape()) + " but " + who + " needs " +
                          shape_str(e.values[k].shape()) + " (Keras's layout)");
         copy.values.push_back(keras_layout::host_float(got.values[k]));
+        // A NaN or Inf here would surface a step later as "lower --lr"; name the file instead.
+        const std::vector<float> values = copy.values.back().to_vector<float>();
+        const auto bad = std::find_if(values.begin(), values.end(),
+                                      [](float v) { return !std::isfinite(v); });
+        MIRROR_CHECK(bad == values.end(), DataError,
+                     source + ": '" + e.path + "/vars/" + std::to_string(k) + "' holds " +
+                         std::to_string(*bad) + " at element " +
+                         std::to_string(bad - values.begin()) +
+                         "; weights must be finite (was the Keras model saved after its "
+                         "training diverged?)");
       }
       copy.path = e.path.substr(std::min(e.path.size(), w.infos[i].path.size() + 1));
       found.push_back(std::move(copy));
