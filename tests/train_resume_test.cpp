@@ -265,6 +265,32 @@ TEST_F(Resume, ChangedConfigNeedsAllowConfigChange) {
   EXPECT_EQ(fit(batch).steps, 2 + 4);
 }
 
+TEST_F(Resume, TheRateTheStepsUseAndTheScheduleMustStayTheSame) {
+  // --lr-scale linear on 2 replicas, resumed on 1 (a lost-node restart): the same --lr, but
+  // the steps would use half the rate. Before, that resumed silently.
+  train::TrainConfig c = base_;
+  c.max_steps = 4;
+  c.devices = "cpu:2";
+  c.lr_scale_by_replicas = true;
+  fit(c);
+  train::TrainConfig one = resuming(ck());
+  one.devices = "cpu";
+  one.lr_scale_by_replicas = true;
+  EXPECT_NE(fit_error<InvalidArgument>(one).find(
+                "lr 0.02 (--lr 0.01 x 2 replicas, --lr-scale linear) -> 0.01 (--lr 0.01 x 1 "
+                "replica, --lr-scale linear)"),
+            std::string::npos);
+  train::TrainConfig same = resuming(ck());
+  same.devices = "cpu:2";
+  same.lr_scale_by_replicas = true;
+  same.schedule = "cosine";
+  same.warmup_steps = 2;
+  const std::string what = fit_error<InvalidArgument>(same);
+  EXPECT_NE(what.find("schedule \"constant\" -> \"cosine\""), std::string::npos) << what;
+  EXPECT_NE(what.find("warmup steps 0 -> 2"), std::string::npos) << what;
+  EXPECT_EQ(what.find("lr "), std::string::npos) << what;
+}
+
 // A spec file's checkpoints written while the log named it by its stem resume once the spec
 // states a name of its own: the name is not the architecture (Trainer::Impl::same_model).
 TEST(ResumeSpec, ASpecRenamedInItsFileStillResumes) {

@@ -2,6 +2,7 @@
 // rank 0 reads the newest valid checkpoint and broadcasts its bytes, so every replica on every
 // node restores the same state (no shared file system needed). Every rank then checks that the
 // checkpoint is complete for this run (docs/checkpoint.md, "Resuming") before loading it.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -378,8 +379,35 @@ std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const 
     MIRROR_CHECK(
         stored["lr"].is_number(), DataError,
         "checkpoint metadata 'mirror.config' has a non-numeric lr: " + stored["lr"].dump());
-    differs("lr", nlohmann::json(stored["lr"].get<double>()).dump(),
-            nlohmann::json(config.lr).dump());
+    // The rate the steps use: with --lr-scale linear a resume on another replica count (a
+    // lost-node restart) changes it although --lr is the same.
+    const bool scaled = stored.value("lr_scale_by_replicas", false);
+    const double then_scale =
+        scaled ? static_cast<double>(meta_int<std::int64_t>(m, "mirror.world_replicas", 1)) : 1.0;
+    const double then = stored["lr"].get<double>() * then_scale, now = config.lr * lr_scale;
+    const auto rate = [](double lr, double scale, bool linear) {
+      const auto replicas = static_cast<long long>(scale);
+      return nlohmann::json(lr * scale).dump() +
+             (linear ? " (--lr " + nlohmann::json(lr).dump() + " x " + std::to_string(replicas) +
+                           (replicas == 1 ? " replica" : " replicas") + ", --lr-scale linear)"
+                     : "");
+    };
+    if (then != now) {
+      changes.push_back("lr " + rate(stored["lr"].get<double>(), then_scale, scaled) + " -> " +
+                        rate(config.lr, lr_scale, config.lr_scale_by_replicas));
+    }
+  }
+  // What else the update depends on (checkpoints from before these were stored skip them).
+  const auto stored_text = [&](const char* key) {
+    return stored.contains(key) ? stored[key].dump() : std::string();
+  };
+  const nlohmann::json now = config.to_json();
+  for (const char* key : {"schedule", "warmup_steps", "momentum", "weight_decay"}) {
+    if (!stored.contains(key)) continue;
+    if (std::string(key) == "momentum" && config.optimizer != "sgd") continue;  // SGD's only
+    std::string name = key;
+    std::replace(name.begin(), name.end(), '_', ' ');
+    differs(name.c_str(), stored_text(key), now[key].dump());
   }
   return changes;
 }
