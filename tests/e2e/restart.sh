@@ -2,7 +2,8 @@
 # launch/mirrorrun --max-restarts: a rank killed (SIGKILL) mid-run makes the job fail; mirrorrun
 # relaunches it with --resume-or-start from the checkpoint dir, and the final weights equal the
 # uninterrupted run's bit for bit (same fingerprint), also when the rank dies before the first
-# checkpoint (the restart starts fresh). Also: giving up after N restarts with the last cause
+# checkpoint (the restart starts fresh), and when it started from another run's checkpoints (the
+# restart resumes its own). Also: giving up after N restarts with the last cause
 # (a run-time failure), a host that does not answer dropped from the hostfile (or giving up when
 # none answers), and the flag's errors.
 # Usage: restart.sh <build dir>. Exit 77 = skipped.
@@ -58,6 +59,24 @@ wait
 [ "$(cat early.rc)" -eq 0 ] || fail "early-killed job exited $(cat early.rc)"
 grep -q "STARTING FRESH" early.out || fail "the restart after an early kill did not start fresh"
 [ "$(fingerprint early.out)" = "$want" ] || fail "fingerprint after an early kill differs"
+
+# 2c. A job started from another run's checkpoints (--resume old --checkpoint-dir new), killed
+#     once new/ holds its own: the restart resumes new/, not old/ (which new/ would refuse as
+#     another run's checkpoints), and still ends at the uninterrupted run's weights.
+timeout -k 10 300 "$mirrorrun" -np 2 "$train" "${args[@]}" --checkpoint-dir "$PWD/old" --max-steps 8 \
+  --checkpoint-every 4 >old.out 2>old.err || fail "the first part exited $?"
+(timeout -k 10 300 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" --resume "$PWD/old" \
+   --checkpoint-dir "$PWD/new" --checkpoint-every 4 >from_old.out 2>from_old.err; echo $? >from_old.rc) &
+for _ in $(seq 1 600); do
+  ls new 2>/dev/null | grep -q safetensors && break
+  sleep 0.05
+done
+victim=$(pgrep -f "^$train .*--checkpoint-dir $PWD/new " | tail -1)
+if [ -z "$victim" ]; then fail "no rank of the job from old/ to kill"; else kill -9 "$victim"; fi
+wait
+[ "$(cat from_old.rc)" -eq 0 ] || fail "the job from old/ exited $(cat from_old.rc): $(tail -3 from_old.err)"
+grep -q "resumed from $PWD/new/" from_old.out || fail "the restart did not resume from new/"
+[ "$(fingerprint from_old.out)" = "$want" ] || fail "fingerprint after a restart from new/ differs"
 
 # 3. A job that fails at run time every time (--lr 1e30: its steps are skipped for non-finite
 #    gradients until --max-skipped-steps stops it): N restarts, then it gives up with the last
