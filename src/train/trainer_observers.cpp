@@ -128,7 +128,11 @@ class Console final : public FitObserver {
     const char* train =
         s.preempted ? "stopped before evaluation; this epoch so far" : "no test data; last epoch";
     char partial[160] = "";
-    if (s.preempted || !s.evaluated) {
+    if (s.steps == 0 && !s.preempted) {
+      // A resume at or past --epochs / --max-steps: there are no metrics to report.
+      std::snprintf(partial, sizeof partial, "nothing to train: the run resumed at step %lld",
+                    static_cast<long long>(s.final_step));
+    } else if (s.preempted || !s.evaluated) {
       if (mse) {
         std::snprintf(partial, sizeof partial, "%s: loss %.4f mse %.4f mae %.4f", train,
                       s.train_loss, s.train_mse, s.train_mae);
