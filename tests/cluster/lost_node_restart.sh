@@ -16,9 +16,12 @@ cd "$cluster_dir" || exit 1
 export MIRRORRUN_BACKOFF_S=1
 timeout_s=5
 
-# 40 steps of 32 samples (1 epoch), a checkpoint every 5.
+# 160 steps of 32 samples (4 epochs), a checkpoint every 5. The fault comes after the first
+# checkpoint and must land mid-run: with 40 steps a loaded machine let the whole run end first
+# (its exit then hung in MPI_Finalize across the partition).
 args=(--model gru-rows --data synthetic --train-limit 1280 --test-limit 64 --batch-size 32
-      --epochs 1 --devices cpu --no-progress --checkpoint-every 5 --comm-timeout "$timeout_s")
+      --epochs 4 --devices cpu --no-progress --checkpoint-every 5 --comm-timeout "$timeout_s")
+final_step=160
 
 # run_case NAME FAULT CAUSE: FAULT (a command given the node) after the first checkpoint; CAUSE
 # (grep -E) must be in mirrorrun's restart line.
@@ -69,7 +72,8 @@ run_case() {
       fail "$name: the relaunch did not resume from ck-$name/$before"
   fi
   last=$(ls "ck-$name" | grep -E '^ckpt-[0-9]+\.safetensors$' | sort | tail -1)
-  [ "$((10#$(echo "$last" | tr -dc 0-9)))" -eq 40 ] || fail "$name: the newest checkpoint is $last, not step 40"
+  [ "$((10#$(echo "$last" | tr -dc 0-9)))" -eq "$final_step" ] ||
+    fail "$name: the newest checkpoint is $last, not step $final_step"
   grep -q "weights fingerprint" "$name.out" || fail "$name: the resumed job printed no final fingerprint"
   [ -z "$(ip netns pids "$(cluster_ns 0)")" ] || fail "$name: processes left on node 0"
   # The cut-off ranks end by their own --comm-timeout (a hang limit, not a measurement).
