@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "mirror/nn/init.h"
+#include "mirror/nn/keras_layers.h"
 #include "mirror/nn/layers.h"
 
 namespace mirror::nn {
@@ -48,19 +49,7 @@ json values(const std::vector<double>& v) { return json(v); }
 
 /// [a, b, c] -> [b, a, c] (a copy).
 Tensor swap_leading(const Tensor& t, std::int64_t a, std::int64_t b, std::int64_t c) {
-  Tensor out = Tensor::empty({b, a, c}, t.dtype(), t.device());
-  ops::BlockCopy copy;
-  copy.dims[0] = a;
-  copy.dims[1] = b;
-  copy.dims[2] = c;
-  copy.src_strides[0] = b * c;
-  copy.src_strides[1] = c;
-  copy.src_strides[2] = 1;
-  copy.dst_strides[0] = c;
-  copy.dst_strides[1] = a * c;
-  copy.dst_strides[2] = 1;
-  ops::copy_block(out, t, copy);
-  return out;
+  return detail::permute_samples(t.reshape({1, a, b, c}), {1, 0, 2}).reshape({b, a, c});
 }
 
 }  // namespace

@@ -213,18 +213,8 @@ Tensor RepeatVector::forward(const Tensor& x, ForwardContext& ctx) {
 Tensor RepeatVector::backward(const Tensor& dy) {
   if (!input_grad_needed()) return {};
   // The sum over steps as one product: ones[1, n] @ dy arranged [n, N * F].
-  Tensor steps = Tensor::empty({n_, batch_ * features_}, dtype_, dy.device());
-  ops::BlockCopy b;
-  b.dims[0] = n_;
-  b.dims[1] = batch_;
-  b.dims[2] = features_;
-  b.dst_strides[0] = batch_ * features_;
-  b.dst_strides[1] = features_;
-  b.dst_strides[2] = 1;
-  b.src_strides[0] = features_;
-  b.src_strides[1] = n_ * features_;
-  b.src_strides[2] = 1;
-  ops::copy_block(steps, dy, b);
+  const Tensor steps = detail::permute_samples(dy.reshape({1, batch_, n_, features_}), {1, 0, 2})
+                           .reshape({n_, batch_ * features_});
   Tensor ones = Tensor::empty({1, n_}, dtype_, dy.device());
   ops::fill(ones, 1.0);
   Tensor dx = Tensor::empty({1, batch_ * features_}, dtype_, dy.device());
