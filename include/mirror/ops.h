@@ -33,6 +33,8 @@ void bias_add(Tensor& y, const Tensor& bias);
 void bias_grad(const Tensor& dy, Tensor& dbias);
 
 // ---------------------------------------------------------------- convolution and pooling
+enum class Activation { kIdentity, kRelu, kTanh, kSigmoid };
+
 /// Explicit padding (TF "same" may be asymmetric: extra row/column goes bottom/right).
 struct Conv2DGeometry {
   int stride_h = 1, stride_w = 1;
@@ -54,9 +56,37 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
 /// dx = conv_transpose(dy, w) -> shape of x (`x_shape`). Overwrites (returns new).
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2DGeometry& g);
-/// dw += correlation(x, dy); dbias += sum(dy) when dbias is defined.
+/// dw += correlation(x, dy); dbias += sum(dy) when dbias is defined. x and dy may be blocked
+/// (Note [Blocked images]).
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
                              const Conv2DGeometry& g);
+
+// Note [Blocked images]: oneDNN's convolutions compute in a blocked layout, channels in groups of
+// b (nChw16c with AVX-512, nChw8c with AVX2), and reordering every input and output between that
+// and plain NCHW made a third of the CNN's first convolution (Note [Convolution layouts]). So a
+// float32 image may stay blocked between the layers that agree to it: the tensor is then rank 5,
+// [N, C/b, H, W, b], channel c at [n, c / b, h, w, c % b]. Only the functions below produce
+// one, only when asked (`blocked_out`), and only on a backend that computes in such a layout
+// (the CPU's; elsewhere they return plain NCHW). Sequential asks a layer for a blocked output
+// only when every reader accepts one (Layer::accepts_blocked_input), and a gradient travels in
+// the layout of the activation it belongs to. A layer that does not accept blocked input rejects
+// a rank-5 tensor in its shape check, so a missed conversion is an error, never a misread.
+// Element-wise ops (activations, axpy) work on either form unchanged.
+
+/// Whether `x` is a blocked image (rank 5), and its block b (0 for a plain tensor).
+std::int64_t image_block(const Tensor& x);
+/// The NCHW shape of an image in either layout.
+Shape image_shape(const Tensor& x);
+/// A blocked image as plain NCHW (a plain one is returned as it is).
+Tensor plain_image(const Tensor& x);
+/// act(conv2d_forward(x, w, bias, g)) with x plain or blocked; blocked when `blocked_out` and
+/// the backend computes blocked (the ReLU then runs inside the convolution).
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Conv2DGeometry& g, Activation act, bool blocked_out);
+/// conv2d_backward_data with dy plain or blocked; dx blocked with `block` (image_block of the
+/// forward's x) or plain when `block` is 0.
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                            const Conv2DGeometry& g, std::int64_t block);
 
 struct Pool2DGeometry {
   int k_h = 2, k_w = 2;
@@ -67,12 +97,14 @@ struct Pool2DGeometry {
 };
 /// Max pooling; padded positions never win. Ties: the first maximum in row-major window order
 /// receives the gradient (deterministic, same on every backend).
-Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g);
+/// x may be blocked (Note [Blocked images]); y is blocked like it when `blocked_out`, plain
+/// NCHW otherwise.
+Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_out = false);
+/// dy is laid out like y; dx like x.
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Pool2DGeometry& g);
 
 // ---------------------------------------------------------------- element-wise
-enum class Activation { kIdentity, kRelu, kTanh, kSigmoid };
 Tensor activation_forward(Activation act, const Tensor& x);
 /// Gradient expressed through the forward OUTPUT y (valid for all four activations).
 Tensor activation_backward(Activation act, const Tensor& y, const Tensor& dy);

@@ -82,6 +82,42 @@ bool padded(const dnnl::memory::desc& md) {
   return md.get_size() != elements * dnnl::memory::data_type_size(md.data_type());
 }
 
+/// Note [Blocked images] (ops.h): oneDNN's tag for nChw{b}c, 0 < b | 16.
+tag blocked_tag(std::int64_t block) {
+  switch (block) {
+    case 16:
+      return tag::nChw16c;
+    case 8:
+      return tag::nChw8c;
+    case 4:
+      return tag::nChw4c;
+    default:
+      throw InvalidArgument("convolution: no oneDNN layout blocks channels by " +
+                            std::to_string(block));
+  }
+}
+/// An image tensor's own float32 layout: plain NCHW (block 0) or nChw{block}c.
+dnnl::memory::desc image_md(const dnnl::memory::desc& plain, std::int64_t block) {
+  if (block == 0) return plain;
+  return {plain.dims(), dt::f32, blocked_tag(block)};
+}
+/// The block of `chosen` when it is an unpadded float32 nChw{b}c that Mirror can hold as a
+/// blocked image, else 0 (the output is then reordered to plain).
+std::int64_t image_block_of(const dnnl::memory::desc& chosen) {
+  const auto dims = chosen.dims();
+  if (chosen.data_type() != dt::f32 || dims.size() != 4) return 0;
+  for (std::int64_t b : {16, 8, 4}) {
+    if (dims[1] % b == 0 && chosen == dnnl::memory::desc(dims, dt::f32, blocked_tag(b))) return b;
+  }
+  return 0;
+}
+/// The tensor for an image output of NCHW dims `plain`, blocked by `block` or plain.
+Tensor image_tensor(const dnnl::memory::desc& plain, std::int64_t block, Device device) {
+  const auto d = plain.dims();
+  if (block == 0) return Tensor::empty({d[0], d[1], d[2], d[3]}, DType::kFloat32, device);
+  return Tensor::empty({d[0], d[1] / block, d[2], d[3], block}, DType::kFloat32, device);
+}
+
 /// The data type of the primitives' inputs under the current math mode.
 dt input_type() { return math_mode() == MathMode::kBFloat16 ? dt::bf16 : dt::f32; }
 
@@ -97,8 +133,10 @@ auto first_unpadded(Make&& make, Acts&& acts) {
   return make(Layouts::kPlain);  // not reached: kPlain is last and always accepted
 }
 
+/// `relu`: the ReLU runs as the convolution's post-op (forward only: a backward-pass hint does
+/// not need it).
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvDims& d, bool with_bias, Layouts l,
-                                                     dt in) {
+                                                     dt in, bool relu = false) {
   const auto alg = dnnl::algorithm::convolution_direct;
   const auto prop = dnnl::prop_kind::forward_training;
   const auto src = activation(d.src(), l, in), weights = weights_in(d.weights(), l, in),
@@ -107,7 +145,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvDims& d, bool wit
                                                           d.strides(), d.pad_l(), d.pad_r())
                         : dnnl::convolution_forward::desc(prop, alg, src, weights, dst, d.strides(),
                                                           d.pad_l(), d.pad_r());
-  return {desc, dnnl_user_scratchpad_attr(), dnnl_engine()};
+  dnnl::primitive_attr attr = dnnl_user_scratchpad_attr();
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  return {desc, attr, dnnl_engine()};
 }
 
 /// A cached primitive with the layouts it chose (Note [oneDNN layouts]). Shared between threads
@@ -121,21 +165,40 @@ struct Cached {
 template <class Prim>
 using CachedPtr = std::shared_ptr<const Cached<Prim>>;
 
+/// The cache-key suffix for the layouts of an execution's image tensors (Note [Blocked images]).
+std::string layout_key(std::initializer_list<std::int64_t> blocks) {
+  std::string s = ",layout";
+  for (std::int64_t b : blocks) s += "," + std::to_string(b);
+  return s;
+}
+
 // Forward: a = src, b = weights (inputs), c = dst (output). Bias stays plain (a vector).
-Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvDims& d) {
+// `blocked_out`: the output stays in the primitive's layout when Mirror can hold it as a blocked
+// image (out_block), and is reordered to plain otherwise.
+struct CachedForward : Cached<dnnl::convolution_forward> {
+  std::int64_t out_block = 0;
+};
+
+Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvDims& d,
+                         bool relu, bool blocked_out) {
   using Prim = dnnl::convolution_forward;
-  static PrimitiveCache<CachedPtr<Prim>> cache;
+  static PrimitiveCache<std::shared_ptr<const CachedForward>> cache;
   const bool with_bias = bias.defined();
   const dt in = input_type();
-  auto e = cache.get(d.key("fwd", with_bias, in), [&] {
-    auto pd = first_unpadded([&](Layouts l) { return forward_pd(d, with_bias, l, in); },
+  const std::int64_t x_block = ops::image_block(x);
+  const std::string key = d.key("fwd", with_bias, in) + (relu ? ",relu" : ",-") +
+                          layout_key({x_block, blocked_out ? 1 : 0});
+  auto e = cache.get(key, [&] {
+    auto pd = first_unpadded([&](Layouts l) { return forward_pd(d, with_bias, l, in, relu); },
                              [](const auto& p) { return std::pair(p.src_desc(), p.dst_desc()); });
-    return std::make_shared<const Cached<Prim>>(
-        Cached<Prim>{pd, Prim(pd), dnnl_input_boundary(d.src(), pd.src_desc()),
+    const std::int64_t out_block = blocked_out ? image_block_of(pd.dst_desc()) : 0;
+    CachedForward c{{pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
                      dnnl_input_boundary(d.weights(), pd.weights_desc()),
-                     dnnl_output_boundary(d.dst(), pd.dst_desc())});
+                     dnnl_output_boundary(image_md(d.dst(), out_block), pd.dst_desc())},
+                    out_block};
+    return std::make_shared<const CachedForward>(std::move(c));
   });
-  Tensor y = Tensor::empty({d.n, d.o, d.oh, d.ow}, DType::kFloat32, x.device());
+  Tensor y = image_tensor(d.dst(), e->out_block, x.device());
   DnnlRun run(x.device());
   run.input(DNNL_ARG_SRC, e->a, x);
   run.input(DNNL_ARG_WEIGHTS, e->b, w);
@@ -145,12 +208,15 @@ Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, c
   return y;
 }
 
-// Backward data: a = diff_dst, b = weights (inputs), c = diff_src (output).
-Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims& d) {
+// Backward data: a = diff_dst, b = weights (inputs), c = diff_src (output, plain or blocked by
+// `block`).
+Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims& d,
+                               std::int64_t block) {
   using Prim = dnnl::convolution_backward_data;
   static PrimitiveCache<CachedPtr<Prim>> cache;
   const dt in = input_type();
-  auto e = cache.get(d.key("bwd_data", false, in), [&] {
+  const std::int64_t dy_block = ops::image_block(dy);
+  auto e = cache.get(d.key("bwd_data", false, in) + layout_key({dy_block, block}), [&] {
     auto make = [&](Layouts l) {
       Prim::desc desc(dnnl::algorithm::convolution_direct, activation(d.src(), l),
                       weights_in(d.weights(), l, in), activation(d.dst(), l, in), d.strides(),
@@ -161,11 +227,12 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.diff_src_desc(), p.diff_dst_desc()); });
     return std::make_shared<const Cached<Prim>>(
-        Cached<Prim>{pd, Prim(pd), dnnl_input_boundary(d.dst(), pd.diff_dst_desc()),
+        Cached<Prim>{pd, Prim(pd),
+                     dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
                      dnnl_input_boundary(d.weights(), pd.weights_desc()),
-                     dnnl_output_boundary(d.src(), pd.diff_src_desc())});
+                     dnnl_output_boundary(image_md(d.src(), block), pd.diff_src_desc())});
   });
-  Tensor dx = Tensor::empty({d.n, d.c, d.h, d.w}, DType::kFloat32, dy.device());
+  Tensor dx = image_tensor(d.src(), block, dy.device());
   DnnlRun run(dy.device());
   run.input(DNNL_ARG_DIFF_DST, e->a, dy);
   run.input(DNNL_ARG_WEIGHTS, e->b, w);
@@ -187,7 +254,8 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
   static PrimitiveCache<std::shared_ptr<const CachedBackwardWeights>> cache;
   const bool with_bias = dbias.defined();
   const dt in = input_type();
-  auto e = cache.get(d.key("bwd_w", with_bias, in), [&] {
+  const std::int64_t x_block = ops::image_block(x), dy_block = ops::image_block(dy);
+  auto e = cache.get(d.key("bwd_w", with_bias, in) + layout_key({x_block, dy_block}), [&] {
     auto make = [&](Layouts l) {
       const auto alg = dnnl::algorithm::convolution_direct;
       const auto src = activation(d.src(), l, in), weights = weights_in(d.weights(), l),
@@ -200,8 +268,9 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.src_desc(), p.diff_dst_desc()); });
-    CachedBackwardWeights c{{pd, Prim(pd), dnnl_input_boundary(d.src(), pd.src_desc()),
-                             dnnl_input_boundary(d.dst(), pd.diff_dst_desc()),
+    CachedBackwardWeights c{{pd, Prim(pd),
+                             dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
+                             dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
                              dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
                             {}};
     if (with_bias) c.bias = dnnl_output_boundary(d.bias(), pd.diff_bias_desc(), true);
@@ -324,6 +393,12 @@ void conv_backward_weights_ref(const Tensor& x, const Tensor& dy, Tensor& dw, Te
   }
 }
 
+/// The reference loops read plain NCHW; only the float32 primitives make blocked images.
+void require_plain(const Tensor& t, const char* op) {
+  MIRROR_CHECK(ops::image_block(t) == 0, InvalidArgument,
+               std::string(op) + ": the reference loops take plain NCHW, got " + t.str());
+}
+
 /// dispatch.cpp compares only some dtypes; mixing float32 and float64 here would misread memory.
 void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   if (b.defined()) require_dtype(b, a.dtype(), op, "every tensor (like the first)");
@@ -333,29 +408,48 @@ void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 
 Tensor CpuKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                   const ops::Conv2DGeometry& g) {
+  return conv2d_forward_blocked(x, w, bias, g, ops::Activation::kIdentity, false);
+}
+
+Tensor CpuKernels::conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                          const ops::Conv2DGeometry& g, ops::Activation act,
+                                          bool blocked_out) {
   require_same_dtype(x, bias, "conv2d_forward");
-  const ConvDims d(x.shape(), w.shape(), g);
-  return with_float(x, "conv2d_forward", [&](auto t) -> Tensor {
+  const ConvDims d(ops::image_shape(x), w.shape(), g);
+  const bool relu = act == ops::Activation::kRelu;
+  Tensor y = with_float(x, "conv2d_forward", [&](auto t) -> Tensor {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16)
-          return conv_forward_dnnl(round_to_half(x), round_to_half(w), bias, d);
-        return conv_forward_dnnl(x, w, bias, d);
+          return conv_forward_dnnl(round_to_half(x), round_to_half(w), bias, d, relu, blocked_out);
+        return conv_forward_dnnl(x, w, bias, d, relu, blocked_out);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_forward " + x.str() + " * " + w.str());
       }
     } else {
-      return conv_forward_ref<T>(x, w, bias, d);
+      require_plain(x, "conv2d_forward");
+      Tensor plain = conv_forward_ref<T>(x, w, bias, d);
+      return relu ? activation_forward(act, plain) : plain;
     }
   });
+  // ReLU ran as the primitive's post-op (or above); the others are element-wise on either layout.
+  if (act == ops::Activation::kIdentity || relu) return y;
+  return activation_forward(act, y);
 }
 
 Tensor CpuKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                                         const ops::Conv2DGeometry& g) {
+  return conv2d_backward_data_blocked(dy, w, x_shape, g, 0);
+}
+
+Tensor CpuKernels::conv2d_backward_data_blocked(const Tensor& dy, const Tensor& w,
+                                                const Shape& x_shape, const ops::Conv2DGeometry& g,
+                                                std::int64_t block) {
   require_same_dtype(dy, w, "conv2d_backward_data");
   const ConvDims d(x_shape, w.shape(), g);
-  MIRROR_CHECK(dy.dim(2) == d.oh && dy.dim(3) == d.ow, InvalidArgument,
+  const Shape dy_shape = ops::image_shape(dy);
+  MIRROR_CHECK(dy_shape[2] == d.oh && dy_shape[3] == d.ow, InvalidArgument,
                "conv2d_backward_data: dy " + dy.str() + " does not match the output size of x " +
                    shape_str(x_shape) + " and kernel " + w.str());
   return with_float(dy, "conv2d_backward_data", [&](auto t) -> Tensor {
@@ -363,12 +457,15 @@ Tensor CpuKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, const
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16)
-          return conv_backward_data_dnnl(round_to_half(dy), round_to_half(w), d);
-        return conv_backward_data_dnnl(dy, w, d);
+          return conv_backward_data_dnnl(round_to_half(dy), round_to_half(w), d, block);
+        return conv_backward_data_dnnl(dy, w, d, block);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_backward_data dy " + dy.str() + ", kernel " + w.str());
       }
     } else {
+      require_plain(dy, "conv2d_backward_data");
+      MIRROR_CHECK(block == 0, InvalidArgument,
+                   "conv2d_backward_data: float64 images are never blocked");
       return conv_backward_data_ref<T>(dy, w, dy.dtype(), d);
     }
   });
@@ -382,8 +479,9 @@ void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
   MIRROR_CHECK(
       !dbias.defined() || (dbias.rank() == 1 && dbias.dim(0) == dw.dim(0)), InvalidArgument,
       "conv2d_backward_weights: dbias " + dbias.str() + " does not match kernel " + dw.str());
-  const ConvDims d(x.shape(), dw.shape(), g);
-  MIRROR_CHECK(dy.dim(2) == d.oh && dy.dim(3) == d.ow && dy.dim(0) == d.n, InvalidArgument,
+  const ConvDims d(ops::image_shape(x), dw.shape(), g);
+  const Shape dy_shape = ops::image_shape(dy);
+  MIRROR_CHECK(dy_shape[2] == d.oh && dy_shape[3] == d.ow && dy_shape[0] == d.n, InvalidArgument,
                "conv2d_backward_weights: dy " + dy.str() + " does not match x " + x.str() +
                    " and kernel " + dw.str());
   with_float(x, "conv2d_backward_weights", [&](auto t) {
@@ -399,6 +497,8 @@ void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
         rethrow_dnnl(e, "conv2d_backward_weights x " + x.str() + ", dy " + dy.str());
       }
     } else {
+      require_plain(x, "conv2d_backward_weights");
+      require_plain(dy, "conv2d_backward_weights");
       conv_backward_weights_ref<T>(x, dy, dw, dbias, d);
     }
   });

@@ -35,6 +35,15 @@ class CpuKernels final : public KernelSet {
   Tensor maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) override;
   Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                             const ops::Pool2DGeometry& g) override;
+  bool blocked_images() const override { return true; }
+  Tensor conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                const ops::Conv2DGeometry& g, ops::Activation act,
+                                bool blocked_out) override;
+  Tensor conv2d_backward_data_blocked(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                                      const ops::Conv2DGeometry& g, std::int64_t block) override;
+  Tensor maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DGeometry& g,
+                                   bool blocked_out) override;
+  Tensor image_to_plain(const Tensor& x) override;
 
   Tensor activation_forward(ops::Activation act, const Tensor& x) override;
   Tensor activation_backward(ops::Activation act, const Tensor& y, const Tensor& dy) override;

@@ -11,6 +11,17 @@ void require_image(const Layer& layer, const Shape& input_shape) {
                    shape_str(input_shape));
 }
 
+/// A plain [N, C, H, W] input or, from a layer allowed to give one, a blocked image of the same
+/// size (Note [Blocked images], mirror/ops.h).
+void check_image_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype) {
+  if (ops::image_block(x) == 0) return detail::check_input(layer, x, inner, dtype);
+  const Shape s = ops::image_shape(x);
+  MIRROR_CHECK(x.dtype() == dtype && s[1] == inner[0] && s[2] == inner[1] && s[3] == inner[2],
+               InvalidArgument,
+               layer.name() + " (" + layer.kind() + "): expected a blocked image of " +
+                   shape_str(inner) + " " + dtype_name(dtype) + ", got " + x.str());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Conv2D
@@ -57,9 +68,9 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
 
 Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(kernel_.value.defined(), InvalidArgument, name() + " (conv2d): used before build");
-  detail::check_input(*this, x, input_shape_, dtype_);
-  Tensor y = ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_);
-  if (act_ != Activation::kIdentity) y = ops::activation_forward(act_, y);
+  check_image_input(*this, x, input_shape_, dtype_);
+  Tensor y = ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_,
+                                 blocked_output_allowed());
   x_ = x;
   y_ = y;
   return y;
@@ -71,7 +82,8 @@ Tensor Conv2D::backward(const Tensor& dy) {
   const Tensor g = act_ == Activation::kIdentity ? dy : ops::activation_backward(act_, y_, dy);
   ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_);
   if (!input_grad_needed()) return {};
-  return ops::conv2d_backward_data(g, kernel_.value, x_.shape(), geometry_);
+  return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_,
+                                   ops::image_block(x_));
 }
 
 std::vector<Parameter*> Conv2D::parameters() {
@@ -110,9 +122,9 @@ Shape MaxPool2D::build(const Shape& input_shape, DType dtype, Device, InitRng&) 
 
 Tensor MaxPool2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(!input_shape_.empty(), InvalidArgument, name() + " (max_pooling2d): not built");
-  detail::check_input(*this, x, input_shape_, dtype_);
+  check_image_input(*this, x, input_shape_, dtype_);
   x_ = x;
-  y_ = ops::maxpool2d_forward(x, geometry_);
+  y_ = ops::maxpool2d_forward(x, geometry_, blocked_output_allowed());
   return y_;
 }
 

@@ -118,6 +118,22 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
   dtype_ = dtype;
   device_ = device;
   built_ = true;
+  set_blocked_images(blocked_images_);
+}
+
+void Sequential::set_blocked_images(bool enabled) {
+  blocked_images_ = enabled;
+  if (!built_) return;  // build applies it
+  // An output may be blocked when every reader takes blocked input; never the model's output.
+  std::vector<bool> allowed(layers_.size(), enabled);
+  allowed.back() = false;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    for (int in : inputs_[i]) {
+      if (in != kModelInput && !layers_[i]->accepts_blocked_input())
+        allowed[static_cast<std::size_t>(in)] = false;
+    }
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->set_blocked_output_allowed(allowed[i]);
 }
 
 Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {

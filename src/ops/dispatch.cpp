@@ -114,58 +114,131 @@ void bias_grad(const Tensor& dy, Tensor& dbias) {
   k.bias_grad(dy, dbias);
 }
 
+std::int64_t image_block(const Tensor& x) { return x.rank() == 5 ? x.dim(4) : 0; }
+
+Shape image_shape(const Tensor& x) {
+  if (x.rank() != 5) return x.shape();
+  return {x.dim(0), x.dim(1) * x.dim(4), x.dim(2), x.dim(3)};
+}
+
+namespace {
+
+/// Blocked tensors exist only on a backend that makes them; anywhere else one is a caller's bug.
+void require_blocked_support(KernelSet& k, std::initializer_list<const Tensor*> tensors,
+                             const char* op) {
+  for (const Tensor* t : tensors) {
+    MIRROR_REQUIRE(!t->defined() || image_block(*t) == 0 || k.blocked_images(), op,
+                   std::string("the ") + k.name() + " backend has no blocked images, got " +
+                       t->str());
+  }
+}
+
+void check_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                        const Conv2DGeometry& g) {
+  require_groups(w, g, "conv2d_forward");
+  const Shape xs = image_shape(x);
+  MIRROR_REQUIRE(
+      xs.size() == 4 && w.rank() == 4 && xs[1] == w.dim(1) * g.groups && x.dtype() == w.dtype(),
+      "conv2d_forward",
+      "input " + x.str() + " and kernel " + w.str() + " disagree (NCHW and OIHW expected)");
+  MIRROR_REQUIRE(image_block(x) == 0 || g.groups == 1, "conv2d_forward",
+                 "a blocked input " + x.str() + " needs an ungrouped kernel");
+  MIRROR_REQUIRE(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == w.dim(0)), "conv2d_forward",
+                 "bad bias " + bias.str());
+  MIRROR_REQUIRE(g.out_h(static_cast<int>(xs[2]), static_cast<int>(w.dim(2))) > 0 &&
+                     g.out_w(static_cast<int>(xs[3]), static_cast<int>(w.dim(3))) > 0,
+                 "conv2d_forward", "kernel larger than the padded input " + x.str());
+  require_float(x, "conv2d_forward");
+}
+
+void check_conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                              const Conv2DGeometry& g) {
+  require_groups(w, g, "conv2d_backward_data");
+  const Shape ds = image_shape(dy);
+  MIRROR_REQUIRE(
+      ds.size() == 4 && w.rank() == 4 && x_shape.size() == 4 && ds[1] == w.dim(0) &&
+          x_shape[1] == w.dim(1) * g.groups && (image_block(dy) == 0 || g.groups == 1),
+      "conv2d_backward_data",
+      "dy " + dy.str() + ", kernel " + w.str() + ", x " + shape_str(x_shape) + " disagree");
+}
+
+}  // namespace
+
+Tensor plain_image(const Tensor& x) {
+  if (image_block(x) == 0) return x;
+  KernelSet& k = backend("plain_image", {&x});
+  require_blocked_support(k, {&x}, "plain_image");
+  return k.image_to_plain(x);
+}
+
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_forward", {&x, &w, &bias});
-  require_groups(w, g, "conv2d_forward");
-  MIRROR_REQUIRE(
-      x.rank() == 4 && w.rank() == 4 && x.dim(1) == w.dim(1) * g.groups && x.dtype() == w.dtype(),
-      "conv2d_forward",
-      "input " + x.str() + " and kernel " + w.str() + " disagree (NCHW and OIHW expected)");
-  MIRROR_REQUIRE(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == w.dim(0)), "conv2d_forward",
-                 "bad bias " + bias.str());
-  MIRROR_REQUIRE(g.out_h(static_cast<int>(x.dim(2)), static_cast<int>(w.dim(2))) > 0 &&
-                     g.out_w(static_cast<int>(x.dim(3)), static_cast<int>(w.dim(3))) > 0,
-                 "conv2d_forward", "kernel larger than the padded input " + x.str());
-  require_float(x, "conv2d_forward");
+  MIRROR_REQUIRE(x.rank() == 4, "conv2d_forward", "expected NCHW input, got " + x.str());
+  check_conv_forward(x, w, bias, g);
   return k.conv2d_forward(x, w, bias, g);
+}
+
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Conv2DGeometry& g, Activation act, bool blocked_out) {
+  KernelSet& k = backend("conv2d_forward", {&x, &w, &bias});
+  require_blocked_support(k, {&x}, "conv2d_forward");
+  check_conv_forward(x, w, bias, g);
+  return k.conv2d_forward_blocked(x, w, bias, g, act, blocked_out && g.groups == 1);
 }
 
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_backward_data", {&dy, &w});
-  require_groups(w, g, "conv2d_backward_data");
-  MIRROR_REQUIRE(
-      dy.rank() == 4 && w.rank() == 4 && x_shape.size() == 4 && dy.dim(1) == w.dim(0) &&
-          x_shape[1] == w.dim(1) * g.groups,
-      "conv2d_backward_data",
-      "dy " + dy.str() + ", kernel " + w.str() + ", x " + shape_str(x_shape) + " disagree");
+  MIRROR_REQUIRE(dy.rank() == 4, "conv2d_backward_data", "expected NCHW dy, got " + dy.str());
+  check_conv_backward_data(dy, w, x_shape, g);
   return k.conv2d_backward_data(dy, w, x_shape, g);
+}
+
+Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                            const Conv2DGeometry& g, std::int64_t block) {
+  KernelSet& k = backend("conv2d_backward_data", {&dy, &w});
+  require_blocked_support(k, {&dy}, "conv2d_backward_data");
+  check_conv_backward_data(dy, w, x_shape, g);
+  MIRROR_REQUIRE(block == 0 || (g.groups == 1 && block > 0 && x_shape[1] % block == 0),
+                 "conv2d_backward_data",
+                 "cannot block " + shape_str(x_shape) + " by " + std::to_string(block));
+  if (block == 0 && image_block(dy) == 0) return k.conv2d_backward_data(dy, w, x_shape, g);
+  MIRROR_REQUIRE(k.blocked_images(), "conv2d_backward_data",
+                 std::string("the ") + k.name() + " backend has no blocked images");
+  return k.conv2d_backward_data_blocked(dy, w, x_shape, g, block);
 }
 
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
                              const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_backward_weights", {&x, &dy, &dw, &dbias});
+  require_blocked_support(k, {&x, &dy}, "conv2d_backward_weights");
   require_groups(dw, g, "conv2d_backward_weights");
-  MIRROR_REQUIRE(x.rank() == 4 && dy.rank() == 4 && dw.rank() == 4 && dw.dim(0) == dy.dim(1) &&
-                     dw.dim(1) * g.groups == x.dim(1),
+  const Shape xs = image_shape(x), ds = image_shape(dy);
+  MIRROR_REQUIRE(xs.size() == 4 && ds.size() == 4 && dw.rank() == 4 && dw.dim(0) == ds[1] &&
+                     dw.dim(1) * g.groups == xs[1] &&
+                     (g.groups == 1 || (image_block(x) == 0 && image_block(dy) == 0)),
                  "conv2d_backward_weights",
                  "x " + x.str() + ", dy " + dy.str() + ", dw " + dw.str() + " disagree");
   k.conv2d_backward_weights(x, dy, dw, dbias, g);
 }
 
-Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g) {
+Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_out) {
   KernelSet& k = backend("maxpool2d_forward", {&x});
-  MIRROR_REQUIRE(x.rank() == 4, "maxpool2d_forward", "expected NCHW, got " + x.str());
+  require_blocked_support(k, {&x}, "maxpool2d_forward");
+  const Shape xs = image_shape(x);
+  MIRROR_REQUIRE(xs.size() == 4, "maxpool2d_forward", "expected NCHW, got " + x.str());
   require_pool_geometry(g, "maxpool2d_forward");
-  MIRROR_REQUIRE(g.out_h(static_cast<int>(x.dim(2))) > 0 && g.out_w(static_cast<int>(x.dim(3))) > 0,
+  MIRROR_REQUIRE(g.out_h(static_cast<int>(xs[2])) > 0 && g.out_w(static_cast<int>(xs[3])) > 0,
                  "maxpool2d_forward", "window larger than the input " + x.str());
-  return k.maxpool2d_forward(x, g);
+  if (image_block(x) == 0) return k.maxpool2d_forward(x, g);
+  return k.maxpool2d_forward_blocked(x, g, blocked_out);
 }
 
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Pool2DGeometry& g) {
   KernelSet& k = backend("maxpool2d_backward", {&x, &y, &dy});
+  require_blocked_support(k, {&x, &y}, "maxpool2d_backward");
   require_same(y, dy, "maxpool2d_backward");
   require_pool_geometry(g, "maxpool2d_backward");
   return k.maxpool2d_backward(x, y, dy, g);

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
+#include "mirror/error.h"
 #include "mirror/ops.h"
 
 namespace mirror {
@@ -35,6 +37,29 @@ class KernelSet {
   virtual Tensor maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) = 0;
   virtual Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const ops::Pool2DGeometry& g) = 0;
+  // Note [Blocked images] (ops.h): a backend that computes images in a blocked layout says so
+  // and overrides the four below. The defaults compute plain NCHW; dispatch gives a backend
+  // without blocked images no blocked tensor.
+  virtual bool blocked_images() const { return false; }
+  virtual Tensor conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                        const ops::Conv2DGeometry& g, ops::Activation act,
+                                        bool /*blocked_out*/) {
+    Tensor y = conv2d_forward(x, w, bias, g);
+    return act == ops::Activation::kIdentity ? y : activation_forward(act, y);
+  }
+  virtual Tensor conv2d_backward_data_blocked(const Tensor& dy, const Tensor& w,
+                                              const Shape& x_shape, const ops::Conv2DGeometry& g,
+                                              std::int64_t /*block*/) {
+    return conv2d_backward_data(dy, w, x_shape, g);
+  }
+  virtual Tensor maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DGeometry& g,
+                                           bool /*blocked_out*/) {
+    return maxpool2d_forward(x, g);
+  }
+  virtual Tensor image_to_plain(const Tensor& x) {
+    throw InvalidArgument(std::string("the ") + name() + " backend has no blocked images, got " +
+                          x.str());
+  }
 
   virtual Tensor activation_forward(ops::Activation act, const Tensor& x) = 0;
   virtual Tensor activation_backward(ops::Activation act, const Tensor& y, const Tensor& dy) = 0;

@@ -117,10 +117,18 @@ class Layer {
   /// undefined Tensor; computing it anyway is also correct.
   bool input_grad_needed() const { return input_grad_needed_; }
   void set_input_grad_needed(bool needed) { input_grad_needed_ = needed; }
+  /// Note [Blocked images] (mirror/ops.h): whether forward takes a blocked image as well as a
+  /// plain one (backward then returns the input gradient blocked like the input).
+  virtual bool accepts_blocked_input() const { return false; }
+  /// Whether forward may return a blocked image. Sequential allows it when every reader of the
+  /// output accepts one; the gradient backward receives is then laid out like the output.
+  bool blocked_output_allowed() const { return blocked_output_allowed_; }
+  void set_blocked_output_allowed(bool allowed) { blocked_output_allowed_ = allowed; }
 
  private:
   std::string name_;
   bool input_grad_needed_ = true;
+  bool blocked_output_allowed_ = false;
 };
 
 /// A layer with two or more inputs (Add, Concatenate). The single-input entry points throw; a

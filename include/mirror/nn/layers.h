@@ -60,6 +60,7 @@ class Conv2D : public Layer {
   Conv2D(int filters, int kernel_h, int kernel_w, int stride = 1, Padding padding = Padding::kValid,
          Activation act = Activation::kIdentity, bool use_bias = true);
   std::string kind() const override { return "conv2d"; }
+  bool accepts_blocked_input() const override { return true; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
@@ -85,6 +86,7 @@ class MaxPool2D : public Layer {
   /// stride 0 means stride = pool (the Keras default).
   explicit MaxPool2D(int pool = 2, int stride = 0, Padding padding = Padding::kValid);
   std::string kind() const override { return "max_pooling2d"; }
+  bool accepts_blocked_input() const override { return true; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;

@@ -85,6 +85,10 @@ class Sequential {
   nlohmann::json config() const;
   /// Keras-like table: layer, output shape, parameter count.
   std::string summary();
+  /// Note [Blocked images] (mirror/ops.h): whether layers that agree to it pass images to each
+  /// other in the blocked layout of the backend's convolutions (on by default; off runs every
+  /// layer on plain NCHW, which benchmarks and tests compare against). May change between steps.
+  void set_blocked_images(bool enabled);
   /// Times every layer's forward and backward into `times` (null: no timing, the default).
   void set_layer_times(LayerTimes* times) { times_ = times; }
 
@@ -106,6 +110,7 @@ class Sequential {
   bool built_ = false;
   LayerTimes* times_ = nullptr;
   bool keras_masks_ = false;
+  bool blocked_images_ = true;
 };
 
 }  // namespace mirror::nn

@@ -1,0 +1,228 @@
+// Note [Blocked images] (mirror/ops.h): convolutions and max pools that pass blocked images give
+// exactly what the plain NCHW path gives (forward, both gradients, pooling ties and padding),
+// Sequential blocks only the outputs every reader accepts, and a layer that takes no blocked
+// input refuses one instead of misreading it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "mirror/nn/cnn_layers.h"
+#include "mirror/nn/layers.h"
+#include "mirror/nn/models.h"
+#include "mirror/nn/sequential.h"
+#include "mirror/ops.h"
+#include "ops_test_util.h"
+
+namespace mirror {
+namespace {
+
+using ops_test::random;
+using ops_test::values;
+
+/// A plain float32 NCHW tensor in the blocked layout (block b), built index by index.
+Tensor blocked(const Tensor& plain, std::int64_t b) {
+  const Shape& s = plain.shape();
+  const std::vector<float> v = plain.to_vector<float>();
+  std::vector<float> out(v.size());
+  const std::int64_t hw = s[2] * s[3];
+  for (std::int64_t n = 0; n < s[0]; ++n) {
+    for (std::int64_t c = 0; c < s[1]; ++c) {
+      for (std::int64_t q = 0; q < hw; ++q) {
+        const std::int64_t at = ((n * (s[1] / b) + c / b) * hw + q) * b + c % b;
+        out[static_cast<std::size_t>(at)] = v[static_cast<std::size_t>((n * s[1] + c) * hw + q)];
+      }
+    }
+  }
+  return Tensor::from_vector(out, {s[0], s[1] / b, s[2], s[3], b});
+}
+
+/// Values rounded to a few levels, so that max-pool windows hold ties.
+Tensor with_ties(const Shape& shape, std::uint64_t seed) {
+  std::vector<double> v = values(random(shape, seed));
+  for (double& x : v) x = std::round(x * 2) / 2;
+  return ops::cast(Tensor::from_vector(v, shape), DType::kFloat32);
+}
+
+TEST(BlockedImages, ConvolutionForwardAndGradientsEqualThePlainPath) {
+  const ops::Conv2DGeometry g = ops::Conv2DGeometry::same(9, 9, 3, 3, 1, 1);
+  const Tensor x = random({2, 3, 9, 9}, 1, DType::kFloat32);
+  const Tensor w1 = random({32, 3, 3, 3}, 2, DType::kFloat32);
+  const Tensor b1 = random({32}, 3, DType::kFloat32);
+  const Tensor w2 = random({16, 32, 3, 3}, 4, DType::kFloat32);
+  for (ops::Activation act :
+       {ops::Activation::kIdentity, ops::Activation::kRelu, ops::Activation::kTanh}) {
+    SCOPED_TRACE(static_cast<int>(act));
+    // x -> conv1 (act) -> y1 -> conv2 -> y2: blocked y1 against plain y1.
+    const Tensor y1 = ops::conv2d_forward(x, w1, b1, g, act, true);
+    const std::int64_t b = ops::image_block(y1);
+    ASSERT_GT(b, 0) << "the CPU convolution gave a plain output when asked for a blocked one: "
+                    << y1.str();
+    EXPECT_EQ(ops::image_shape(y1), (Shape{2, 32, 9, 9}));
+    Tensor plain1 = ops::conv2d_forward(x, w1, b1, g);
+    if (act != ops::Activation::kIdentity) plain1 = ops::activation_forward(act, plain1);
+    EXPECT_EQ(values(ops::plain_image(y1)), values(plain1));
+
+    const Tensor y2 = ops::conv2d_forward(y1, w2, Tensor(), g, ops::Activation::kIdentity, false);
+    EXPECT_EQ(ops::image_block(y2), 0);
+    EXPECT_EQ(values(y2), values(ops::conv2d_forward(plain1, w2, Tensor(), g)));
+
+    // Backward of conv2 with dy plain, dx asked blocked like y1; and with dy blocked.
+    const Tensor dy2 = random({2, 16, 9, 9}, 5, DType::kFloat32);
+    const Tensor dx_blocked = ops::conv2d_backward_data(dy2, w2, {2, 32, 9, 9}, g, b);
+    EXPECT_EQ(ops::image_block(dx_blocked), b);
+    const Tensor dx_plain = ops::conv2d_backward_data(dy2, w2, {2, 32, 9, 9}, g);
+    EXPECT_EQ(values(ops::plain_image(dx_blocked)), values(dx_plain));
+    Tensor dw_blocked = Tensor::zeros({16, 32, 3, 3}), dw_plain = Tensor::zeros({16, 32, 3, 3});
+    Tensor no_bias;
+    ops::conv2d_backward_weights(y1, dy2, dw_blocked, no_bias, g);
+    ops::conv2d_backward_weights(plain1, dy2, dw_plain, no_bias, g);
+    EXPECT_EQ(values(dw_blocked), values(dw_plain));
+
+    // conv1's weight gradient from a blocked dy.
+    Tensor dw1_blocked = Tensor::zeros({32, 3, 3, 3}), dw1_plain = Tensor::zeros({32, 3, 3, 3});
+    Tensor db1_blocked = Tensor::zeros({32}), db1_plain = Tensor::zeros({32});
+    ops::conv2d_backward_weights(x, dx_blocked, dw1_blocked, db1_blocked, g);
+    ops::conv2d_backward_weights(x, dx_plain, dw1_plain, db1_plain, g);
+    EXPECT_EQ(values(dw1_blocked), values(dw1_plain));
+    EXPECT_EQ(values(db1_blocked), values(db1_plain));
+    const Tensor dx1 = ops::conv2d_backward_data(dx_blocked, w1, x.shape(), g, 0);
+    EXPECT_EQ(values(dx1), values(ops::conv2d_backward_data(dx_plain, w1, x.shape(), g)));
+  }
+}
+
+TEST(BlockedImages, MaxPoolTiesPaddingAndOddSizesEqualThePlainPath) {
+  struct Case {
+    ops::Pool2DGeometry g;
+    std::int64_t h, w;
+  };
+  ops::Pool2DGeometry two;  // 2x2 stride 2
+  ops::Pool2DGeometry three_same;
+  three_same.k_h = three_same.k_w = 3;
+  three_same.pad_top = three_same.pad_left = 0;
+  three_same.pad_bottom = three_same.pad_right = 1;
+  ops::Pool2DGeometry overlapping;  // 3x3 stride 1: windows share elements
+  overlapping.k_h = overlapping.k_w = 3;
+  overlapping.stride_h = overlapping.stride_w = 1;
+  overlapping.pad_top = overlapping.pad_bottom = overlapping.pad_left = overlapping.pad_right = 1;
+  for (const Case& c : {Case{two, 8, 8}, Case{two, 7, 9}, Case{three_same, 9, 8},
+                        Case{overlapping, 6, 5}}) {
+    SCOPED_TRACE("window " + std::to_string(c.g.k_h) + " stride " + std::to_string(c.g.stride_h) +
+                 " input " + std::to_string(c.h) + "x" + std::to_string(c.w));
+    for (std::int64_t b : {16, 8, 4}) {
+      SCOPED_TRACE("block " + std::to_string(b));
+      const Tensor x = with_ties({2, 32, c.h, c.w}, 11);
+      const Tensor xb = blocked(x, b);
+      const Tensor y = ops::maxpool2d_forward(x, c.g);
+      const Tensor yb = ops::maxpool2d_forward(xb, c.g, true);
+      ASSERT_EQ(ops::image_block(yb), b);
+      EXPECT_EQ(values(ops::plain_image(yb)), values(y));
+      const Tensor y_plain_out = ops::maxpool2d_forward(xb, c.g, false);
+      EXPECT_EQ(y_plain_out.shape(), y.shape());
+      EXPECT_EQ(values(y_plain_out), values(y));
+
+      const Tensor dy = random(y.shape(), 12, DType::kFloat32);
+      const Tensor dx = ops::maxpool2d_backward(x, y, dy, c.g);
+      // dy blocked like a blocked y, or plain like a plain y: dx is blocked like x either way.
+      const Tensor dxb = ops::maxpool2d_backward(xb, yb, blocked(dy, b), c.g);
+      ASSERT_EQ(ops::image_block(dxb), b);
+      EXPECT_EQ(values(ops::plain_image(dxb)), values(dx));
+      const Tensor dxp = ops::maxpool2d_backward(xb, y_plain_out, dy, c.g);
+      EXPECT_EQ(values(ops::plain_image(dxp)), values(dx));
+    }
+  }
+}
+
+TEST(BlockedImages, ABackendWithoutThemOrAPlainOnlyOpRefusesABlockedTensor) {
+  const Tensor xb = blocked(random({1, 16, 4, 4}, 1, DType::kFloat32), 8);
+  // The plain-only entry points.
+  EXPECT_THROW(ops::conv2d_forward(xb, Tensor::zeros({4, 16, 3, 3}), Tensor(),
+                                   ops::Conv2DGeometry::valid(1, 1)),
+               InvalidArgument);
+  // float64 images are never blocked (the reference loops read NCHW).
+  const Tensor x64 = ops::cast(xb, DType::kFloat64);
+  EXPECT_THROW(ops::conv2d_forward(x64, Tensor::zeros({4, 16, 3, 3}, DType::kFloat64), Tensor(),
+                                   ops::Conv2DGeometry::valid(1, 1), ops::Activation::kIdentity,
+                                   true),
+               InvalidArgument);
+  EXPECT_THROW(ops::maxpool2d_forward(x64, ops::Pool2DGeometry{}, true), InvalidArgument);
+  // A grouped convolution takes no blocked input.
+  ops::Conv2DGeometry grouped = ops::Conv2DGeometry::valid(1, 1);
+  grouped.groups = 2;
+  EXPECT_THROW(ops::conv2d_forward(xb, Tensor::zeros({4, 8, 3, 3}), Tensor(), grouped,
+                                   ops::Activation::kIdentity, true),
+               InvalidArgument);
+}
+
+/// Runs one forward and backward and returns the loss-free outputs and every gradient.
+struct Pass {
+  std::vector<double> output;
+  std::vector<std::vector<double>> grads;
+};
+Pass run(nn::Sequential& m, const Tensor& x) {
+  nn::ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = 3;
+  ctx.sample_ids = Tensor::from_vector<std::int64_t>({0, 1, 2, 3}, {4});
+  m.zero_grad();
+  const Tensor y = m.forward(x, ctx);
+  m.backward(ops_test::random(y.shape(), 9, DType::kFloat32));
+  Pass p{values(y), {}};
+  for (nn::Parameter* param : m.parameters()) p.grads.push_back(values(param->grad));
+  return p;
+}
+
+TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
+  nn::Sequential m = nn::make_cnn();
+  const Tensor x = random({4, 1, 28, 28}, 21, DType::kFloat32, 0.0, 1.0);
+  // conv -> pool -> conv -> pool -> flatten: the first three outputs may be blocked, not the
+  // second pool's (Flatten reads NCHW).
+  std::vector<bool> allowed;
+  for (auto& layer : m.layers()) allowed.push_back(layer->blocked_output_allowed());
+  EXPECT_EQ(allowed, (std::vector<bool>{true, true, true, false, false, false, false, false}));
+  const Pass with = run(m, x);
+  m.set_blocked_images(false);
+  for (auto& layer : m.layers()) EXPECT_FALSE(layer->blocked_output_allowed()) << layer->name();
+  const Pass without = run(m, x);
+  EXPECT_EQ(with.output, without.output);
+  ASSERT_EQ(with.grads.size(), without.grads.size());
+  for (std::size_t i = 0; i < with.grads.size(); ++i) {
+    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
+  }
+}
+
+TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
+  // conv -> batch norm: BatchNormalization reads NCHW, so the first convolution's output stays
+  // plain; the second's feeds a pool and may be blocked; the pool's feeds Flatten and may not.
+  nn::Sequential m;
+  m.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));  // 0
+  m.add(std::make_unique<nn::BatchNormalization>());                      // 1
+  m.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));  // 2
+  m.add(std::make_unique<nn::MaxPool2D>(2));                              // 3
+  m.add(std::make_unique<nn::Flatten>());                                  // 4
+  m.add(std::make_unique<nn::Dense>(3));                                   // 5
+  m.build({3, 8, 8}, 1);
+  std::vector<bool> allowed;
+  for (auto& layer : m.layers()) allowed.push_back(layer->blocked_output_allowed());
+  EXPECT_EQ(allowed, (std::vector<bool>{false, true, true, false, false, false}));
+  EXPECT_NO_THROW(run(m, random({4, 3, 8, 8}, 2, DType::kFloat32)));
+}
+
+TEST(BlockedImages, ALayerThatTakesOnlyPlainImagesRefusesABlockedOne) {
+  nn::Flatten flatten;
+  nn::InitRng rng(1);
+  flatten.set_name("flatten_1");
+  flatten.build({16, 4, 4}, DType::kFloat32, Device::cpu(), rng);
+  nn::ForwardContext ctx;
+  const Tensor xb = blocked(random({2, 16, 4, 4}, 1, DType::kFloat32), 8);
+  try {
+    flatten.forward(xb, ctx);
+    FAIL() << "Flatten read a blocked image";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("flatten_1"));
+  }
+}
+
+}  // namespace
+}  // namespace mirror
