@@ -304,12 +304,17 @@ void MirroredStrategy::compute_gradients(Replica& r, const data::Batch& batch,
   const bool communicate = world_replicas_ > 1;
   const std::int64_t count = detail::real_count(batch);
   for (;;) {
-    for (Tensor& b : r.buffers) ops::fill(b, 0.0);
+    for (nn::Parameter* p : r.params) p->clear_grad();  // Note [First gradient write] (layer.h)
     r.now.emplace(steps_, start, count, plan_);  // a retry starts from nothing, timing included
     const bool overlap =
         communicate && options_.overlap && (!options_.split_on_oom || r.oom.settled);
     try {
       run_micro_batches(r, batch, true, overlap);
+      for (const nn::Parameter* p : r.params) {
+        MIRROR_CHECK(!p->grad_unwritten, Error,
+                     "backward never wrote the gradient of " + p->name +
+                         " (its layer did not run backward); this is a bug in that layer");
+      }
       r.now->overlapped = r.now->next_launch;
       break;
     } catch (const OutOfMemory& e) {

@@ -106,8 +106,8 @@ TEST(BlockedImages, MaxPoolTiesPaddingAndOddSizesEqualThePlainPath) {
   overlapping.k_h = overlapping.k_w = 3;
   overlapping.stride_h = overlapping.stride_w = 1;
   overlapping.pad_top = overlapping.pad_bottom = overlapping.pad_left = overlapping.pad_right = 1;
-  for (const Case& c : {Case{two, 8, 8}, Case{two, 7, 9}, Case{three_same, 9, 8},
-                        Case{overlapping, 6, 5}}) {
+  for (const Case& c :
+       {Case{two, 8, 8}, Case{two, 7, 9}, Case{three_same, 9, 8}, Case{overlapping, 6, 5}}) {
     SCOPED_TRACE("window " + std::to_string(c.g.k_h) + " stride " + std::to_string(c.g.stride_h) +
                  " input " + std::to_string(c.h) + "x" + std::to_string(c.w));
     for (std::int64_t b : {16, 8, 4}) {
@@ -142,10 +142,10 @@ TEST(BlockedImages, ABackendWithoutThemOrAPlainOnlyOpRefusesABlockedTensor) {
                InvalidArgument);
   // float64 images are never blocked (the reference loops read NCHW).
   const Tensor x64 = ops::cast(xb, DType::kFloat64);
-  EXPECT_THROW(ops::conv2d_forward(x64, Tensor::zeros({4, 16, 3, 3}, DType::kFloat64), Tensor(),
-                                   ops::Conv2DGeometry::valid(1, 1), ops::Activation::kIdentity,
-                                   true),
-               InvalidArgument);
+  EXPECT_THROW(
+      ops::conv2d_forward(x64, Tensor::zeros({4, 16, 3, 3}, DType::kFloat64), Tensor(),
+                          ops::Conv2DGeometry::valid(1, 1), ops::Activation::kIdentity, true),
+      InvalidArgument);
   EXPECT_THROW(ops::maxpool2d_forward(x64, ops::Pool2DGeometry{}, true), InvalidArgument);
   // A grouped convolution takes no blocked input.
   ops::Conv2DGeometry grouped = ops::Conv2DGeometry::valid(1, 1);
@@ -197,11 +197,11 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   // plain; the second's feeds a pool and may be blocked; the pool's feeds Flatten and may not.
   nn::Sequential m;
   m.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));  // 0
-  m.add(std::make_unique<nn::BatchNormalization>());                      // 1
+  m.add(std::make_unique<nn::BatchNormalization>());                     // 1
   m.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));  // 2
-  m.add(std::make_unique<nn::MaxPool2D>(2));                              // 3
-  m.add(std::make_unique<nn::Flatten>());                                  // 4
-  m.add(std::make_unique<nn::Dense>(3));                                   // 5
+  m.add(std::make_unique<nn::MaxPool2D>(2));                             // 3
+  m.add(std::make_unique<nn::Flatten>());                                // 4
+  m.add(std::make_unique<nn::Dense>(3));                                 // 5
   m.build({3, 8, 8}, 1);
   std::vector<bool> allowed;
   for (auto& layer : m.layers()) allowed.push_back(layer->blocked_output_allowed());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "gradcheck.h"
@@ -198,15 +199,35 @@ TEST(Sequential, WholeModelGradientMatchesFiniteDifferences) {
     const auto numeric = testing::numeric_gradient(p->value, loss);
     EXPECT_LE(testing::relative_error(p->grad.to_vector<double>(), numeric), 1e-6) << p->name;
   }
-  // Gradients accumulate across backward calls; zero_grad clears them.
-  const auto once = m.parameters()[0]->grad.to_vector<double>();
+  // Gradients accumulate across backward calls (a convolution's and a Dense kernel's alike).
+  std::vector<std::vector<double>> once;
+  for (Parameter* p : m.parameters()) once.push_back(p->grad.to_vector<double>());
   m.forward(x, ctx);
   m.backward(r.dlogits);
-  const auto twice = m.parameters()[0]->grad.to_vector<double>();
-  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-12);
+  for (std::size_t k = 0; k < once.size(); ++k) {
+    const auto twice = m.parameters()[k]->grad.to_vector<double>();
+    for (std::size_t i = 0; i < twice.size(); ++i) {
+      ASSERT_NEAR(twice[i], 2 * once[k][i], 1e-12) << m.parameters()[k]->name;
+    }
+  }
+  // zero_grad clears them: a fill, or for a Dense kernel (Note [First gradient write]) a mark
+  // that makes the next backward overwrite whatever the buffer holds.
   m.zero_grad();
   for (Parameter* p : m.parameters()) {
+    ASSERT_EQ(p->grad_unwritten,
+              p->name.find("dense") == 0 && p->name.find("kernel") != std::string::npos)
+        << p->name;
+    if (p->grad_unwritten) {
+      ops::fill(p->grad, std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
     for (double g : p->grad.to_vector<double>()) ASSERT_EQ(g, 0.0);
+  }
+  m.forward(x, ctx);
+  m.backward(r.dlogits);
+  for (std::size_t k = 0; k < once.size(); ++k) {
+    EXPECT_FALSE(m.parameters()[k]->grad_unwritten);
+    EXPECT_EQ(m.parameters()[k]->grad.to_vector<double>(), once[k]) << m.parameters()[k]->name;
   }
 }
 

@@ -226,11 +226,10 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.diff_src_desc(), p.diff_dst_desc()); });
-    return std::make_shared<const Cached<Prim>>(
-        Cached<Prim>{pd, Prim(pd),
-                     dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
-                     dnnl_input_boundary(d.weights(), pd.weights_desc()),
-                     dnnl_output_boundary(image_md(d.src(), block), pd.diff_src_desc())});
+    return std::make_shared<const Cached<Prim>>(Cached<Prim>{
+        pd, Prim(pd), dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
+        dnnl_input_boundary(d.weights(), pd.weights_desc()),
+        dnnl_output_boundary(image_md(d.src(), block), pd.diff_src_desc())});
   });
   Tensor dx = image_tensor(d.src(), block, dy.device());
   DnnlRun run(dy.device());
@@ -268,11 +267,11 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.src_desc(), p.diff_dst_desc()); });
-    CachedBackwardWeights c{{pd, Prim(pd),
-                             dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
-                             dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
-                             dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
-                            {}};
+    CachedBackwardWeights c{
+        {pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
+         dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
+         dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
+        {}};
     if (with_bias) c.bias = dnnl_output_boundary(d.bias(), pd.diff_bias_desc(), true);
     return std::make_shared<const CachedBackwardWeights>(std::move(c));
   });

@@ -124,10 +124,11 @@ struct Pool2x2 {
 /// image [N, C/b, H, W, b]. A "plane" is then b channels side by side (position p of lane l at
 /// p * b + l), and the loops over lanes vectorize when B, the lane count, is a constant (B = 0:
 /// `runtime_b` lanes), in the CPU's widest vectors (MIRROR_VECTOR_CLONES; max and compare give
-/// the same bits in every clone). Both sides are blocked; a plain pooled side is converted around them.
+/// the same bits in every clone). Both sides are blocked; a plain pooled side is converted around
+/// them.
 template <class T, int B>
-MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restrict out, const PoolDims& d,
-                     std::int64_t runtime_b) {
+MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restrict out,
+                                          const PoolDims& d, std::int64_t runtime_b) {
   const std::int64_t b = B > 0 ? B : runtime_b;
   if (Pool2x2::applies(d.g)) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -157,8 +158,9 @@ MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restri
 }
 
 template <class T, int B>
-MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* __restrict grad, T* __restrict out,
-                      const PoolDims& d, std::int64_t runtime_b) {
+MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* __restrict grad,
+                                           T* __restrict out, const PoolDims& d,
+                                           std::int64_t runtime_b) {
   const std::int64_t b = B > 0 ? B : runtime_b;
   if (Pool2x2::applies(d.g)) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -301,12 +303,11 @@ Tensor CpuKernels::maxpool2d_backward(const Tensor& x, const Tensor& y, const Te
     const PoolDims d(ops::image_shape(x), g);
     const Shape dys = ops::image_shape(dy);
     const std::int64_t dyb = ops::image_block(dy);
-    MIRROR_CHECK(dys.size() == 4 && dys[0] == d.n && dys[1] == d.c && dys[2] == d.oh &&
-                     dys[3] == d.ow && x.dtype() == DType::kFloat32 && dy.dtype() == x.dtype() &&
-                     (dyb == 0 || dyb == b),
-                 InvalidArgument,
-                 "maxpool2d_backward: dy " + dy.str() + " does not match the pooled shape of x " +
-                     x.str());
+    MIRROR_CHECK(
+        dys.size() == 4 && dys[0] == d.n && dys[1] == d.c && dys[2] == d.oh && dys[3] == d.ow &&
+            x.dtype() == DType::kFloat32 && dy.dtype() == x.dtype() && (dyb == 0 || dyb == b),
+        InvalidArgument,
+        "maxpool2d_backward: dy " + dy.str() + " does not match the pooled shape of x " + x.str());
     const Tensor grad = dyb == 0 ? blocked_copy(dy, b) : dy;
     const std::int64_t blocks = d.c / b;
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -69,8 +69,8 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
 Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(kernel_.value.defined(), InvalidArgument, name() + " (conv2d): used before build");
   check_image_input(*this, x, input_shape_, dtype_);
-  Tensor y = ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_,
-                                 blocked_output_allowed());
+  Tensor y =
+      ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_, blocked_output_allowed());
   x_ = x;
   y_ = y;
   return y;

@@ -115,6 +115,8 @@ Shape Dense::build(const Shape& input_shape, DType dtype, Device device, InitRng
   dtype_ = dtype;
   kernel_ = detail::make_parameter(
       *this, "kernel", init::glorot_uniform({in_, units_}, in_, units_, dtype, device, rng));
+  // Backward's first product writes it (Note [First gradient write], layer.h).
+  kernel_.overwrites_grad = true;
   bias_ = detail::make_parameter(*this, "bias", init::zeros({units_}, dtype, device));
   Shape out = input_shape;
   out.back() = units_;
@@ -157,7 +159,7 @@ Tensor Dense::backward(const Tensor& dy) {
   const Tensor dy2 =
       (lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_)).reshape(y_.shape());
   const Tensor g = act_ == Activation::kIdentity ? dy2 : ops::activation_backward(act_, y_, dy2);
-  ops::gemm(true, false, 1.0, x_, g, 1.0, kernel_.grad);  // dW += x^T g
+  ops::gemm(true, false, 1.0, x_, g, kernel_.take_grad_beta(), kernel_.grad);  // dW += x^T g
   ops::bias_grad(g, bias_.grad);
   if (!input_grad_needed()) return {};
   Tensor dx = Tensor::empty(x_.shape(), dtype_, x_.device());

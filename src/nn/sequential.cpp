@@ -133,7 +133,8 @@ void Sequential::set_blocked_images(bool enabled) {
         allowed[static_cast<std::size_t>(in)] = false;
     }
   }
-  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->set_blocked_output_allowed(allowed[i]);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->set_blocked_output_allowed(allowed[i]);
 }
 
 Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
@@ -260,8 +261,16 @@ std::vector<Buffer*> Sequential::buffers() {
   return all;
 }
 
+void Parameter::clear_grad() {
+  if (overwrites_grad) {
+    grad_unwritten = true;
+  } else {
+    ops::fill(grad, 0.0);
+  }
+}
+
 void Sequential::zero_grad() {
-  for (Parameter* p : parameters()) ops::fill(p->grad, 0.0);
+  for (Parameter* p : parameters()) p->clear_grad();
 }
 
 std::int64_t Sequential::parameter_count() {

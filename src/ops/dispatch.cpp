@@ -127,9 +127,9 @@ namespace {
 void require_blocked_support(KernelSet& k, std::initializer_list<const Tensor*> tensors,
                              const char* op) {
   for (const Tensor* t : tensors) {
-    MIRROR_REQUIRE(!t->defined() || image_block(*t) == 0 || k.blocked_images(), op,
-                   std::string("the ") + k.name() + " backend has no blocked images, got " +
-                       t->str());
+    MIRROR_REQUIRE(
+        !t->defined() || image_block(*t) == 0 || k.blocked_images(), op,
+        std::string("the ") + k.name() + " backend has no blocked images, got " + t->str());
   }
 }
 
@@ -179,8 +179,8 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
   return k.conv2d_forward(x, w, bias, g);
 }
 
-Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Conv2DGeometry& g, Activation act, bool blocked_out) {
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2DGeometry& g,
+                      Activation act, bool blocked_out) {
   KernelSet& k = backend("conv2d_forward", {&x, &w, &bias});
   require_blocked_support(k, {&x}, "conv2d_forward");
   check_conv_forward(x, w, bias, g);

@@ -15,11 +15,28 @@ namespace mirror::nn {
 
 /// A trainable tensor and its gradient. `grad` may be rebound by the strategy to a view inside
 /// a flat all-reduce bucket, so layers must always write through `grad` at backward time and
-/// never cache it. Gradients are accumulated (+=); Sequential::zero_grad clears them.
+/// never cache it. Gradients are accumulated (+=); clear_grad starts a step's sum.
+///
+/// Note [First gradient write]: zeroing a gradient and then adding the first contribution into
+/// it reads and writes it twice; for the CNN's 12.8 MB Dense kernel that was 1.2 ms of a 30 ms
+/// step. A layer that can write a gradient without reading it (a product with beta = 0) sets
+/// `overwrites_grad`; clear_grad then only marks it `grad_unwritten` (its contents count as
+/// zero), and the layer's first write of the step overwrites and clears the mark. Later writes
+/// (micro-batches, a layer run several times) accumulate as usual.
 struct Parameter {
   std::string name;  // "conv2d_1/kernel": deterministic, the same on every rank
   Tensor value;
   Tensor grad;
+  bool overwrites_grad = false;
+  bool grad_unwritten = false;
+  /// Zeroes `grad` for a new step (only marks it, for overwrites_grad).
+  void clear_grad();
+  /// The beta of this step's next write into `grad` (0: overwrite, 1: add), clearing the mark.
+  double take_grad_beta() {
+    const double beta = grad_unwritten ? 0.0 : 1.0;
+    grad_unwritten = false;
+    return beta;
+  }
 };
 
 /// A tensor that is part of the model's state but is not trained (BatchNormalization's moving
