@@ -73,8 +73,10 @@ void print_profile(nn::Sequential& model, const std::string& label, double loss_
   std::printf("sum of the rows %.3f ms; the timed steps' median %.3f ms\n", sum, median_ms);
 }
 
-Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps, bool profile) {
+Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps, bool profile,
+                  bool blocked_images) {
   nn::Sequential model = nn::make_model(bm.spec, DType::kFloat32, Device::cpu(), 1);
+  model.set_blocked_images(blocked_images);
   // Synthetic data shaped like the model's input, fixed for every step (the data path is not
   // part of what is measured).
   const data::Batch b = bench::bench_batch(*bm.data, 0, 1, batch, 0);
@@ -126,7 +128,7 @@ Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps,
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string models, spec_file, precision = "float32";
+  std::string models, spec_file, precision = "float32", images = "blocked";
   int batch = 64, warmup = 3, steps = 20, threads = 1;
   bool profile = false;
   po::options_description opts(
@@ -144,7 +146,11 @@ int main(int argc, char** argv) {
       "profile", po::bool_switch(&profile),
       "then time --steps more steps layer by layer and print where the time goes")(
       "precision", po::value(&precision)->default_value(precision),
-      "float32 | mixed_bfloat16 | mixed_float16 (the math mode of the products; no loss scaling)");
+      "float32 | mixed_bfloat16 | mixed_float16 (the math mode of the products; no loss scaling)")(
+      "images", po::value(&images)->default_value(images),
+      "blocked | plain | both: layers pass images in the convolutions' blocked layout (Note "
+      "[Blocked images], mirror/ops.h), or every layer reads plain NCHW; both: two alternating "
+      "rounds of each and the ratio");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -156,6 +162,10 @@ int main(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << opts;
     return 0;
+  }
+  if (images != "blocked" && images != "plain" && images != "both") {
+    std::cerr << "step-bench: --images must be blocked, plain or both, got '" << images << "'\n";
+    return 2;
   }
   if (batch < 1 || steps < 1 || warmup < 0 || threads < 1) {
     std::cerr << "step-bench: batch, steps and threads must be >= 1, warmup >= 0\n";
@@ -178,14 +188,24 @@ int main(int argc, char** argv) {
       start = comma + 1;
       if (!name.empty()) list.push_back(bench::bench_model(name, "", batch));
     }
+    std::vector<bool> layouts = {images != "plain"};
+    if (images == "both") layouts = {true, false, true, false};  // alternating rounds
     for (const bench::BenchModel& m : list) {
-      const Result r = time_model(m, batch, warmup, steps, profile);
-      std::printf(
-          "mirror %s %s batch=%d threads=%d: median %.2f ms/step (min %.2f, cpu %.2f ms/step, %d "
-          "steps, %llu backend allocations while timed)\n",
-          m.label.c_str(), precision.c_str(), batch, threads, r.median_ms, r.min_ms,
-          r.median_cpu_ms, steps, static_cast<unsigned long long>(r.steady_backend_allocs));
-      std::fflush(stdout);
+      double sum[2] = {0, 0};
+      for (bool blocked : layouts) {
+        const Result r = time_model(m, batch, warmup, steps, profile, blocked);
+        sum[blocked] += r.median_ms;
+        std::printf(
+            "mirror %s %s batch=%d threads=%d%s: median %.2f ms/step (min %.2f, cpu %.2f ms/step, "
+            "%d steps, %llu backend allocations while timed)\n",
+            m.label.c_str(), precision.c_str(), batch, threads,
+            images == "both" ? (blocked ? " blocked" : " plain") : "", r.median_ms, r.min_ms,
+            r.median_cpu_ms, steps, static_cast<unsigned long long>(r.steady_backend_allocs));
+        std::fflush(stdout);
+      }
+      if (images == "both")
+        std::printf("mirror %s %s: blocked / plain images = %.3f (mean of the rounds' medians)\n",
+                    m.label.c_str(), precision.c_str(), sum[1] / sum[0]);
     }
   } catch (const mirror::Error& e) {
     std::cerr << "step-bench: " << e.what() << "\n";
