@@ -75,6 +75,9 @@ void print_profile(nn::Sequential& model, const std::string& label, double loss_
 
 Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps, bool profile,
                   bool blocked_images) {
+  // Each timing starts from an empty cache: blocks cached for the previous model's sizes made
+  // the next one measurably slower (--images both ran its second layout 10 % slow).
+  allocator_for(Device::cpu()).release_cached();
   nn::Sequential model = nn::make_model(bm.spec, DType::kFloat32, Device::cpu(), 1);
   model.set_blocked_images(blocked_images);
   // Synthetic data shaped like the model's input, fixed for every step (the data path is not

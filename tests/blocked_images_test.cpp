@@ -195,8 +195,6 @@ TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
 TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   // conv -> batch norm: BatchNormalization reads NCHW, so the first convolution's output stays
   // plain; the second's feeds a pool and may be blocked; the pool's feeds Flatten and may not.
-  // The second convolution reads a plain input: it keeps its own blocked copy for the weight
-  // gradient and passes its input gradient back plain.
   nn::Sequential m;
   m.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));  // 0
   m.add(std::make_unique<nn::BatchNormalization>());                     // 1
@@ -216,34 +214,6 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   for (std::size_t i = 0; i < with.grads.size(); ++i) {
     EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
   }
-}
-
-TEST(BlockedImages, TheConvolutionGivesTheCopiesItRead) {
-  // A plain input with 16 channels is reordered: staged_x is that blocked copy, and the weight
-  // gradient's staged dy the blocked copy of a plain dy; the results do not change.
-  const ops::Conv2DGeometry g = ops::Conv2DGeometry::same(6, 6, 3, 3, 1, 1);
-  const Tensor x = random({2, 16, 6, 6}, 1, DType::kFloat32);
-  const Tensor w = random({16, 16, 3, 3}, 2, DType::kFloat32);
-  Tensor staged_x;
-  const Tensor y =
-      ops::conv2d_forward(x, w, Tensor(), g, ops::Activation::kIdentity, false, &staged_x);
-  ASSERT_GT(ops::image_block(staged_x), 0) << staged_x.str();
-  EXPECT_EQ(values(ops::plain_image(staged_x)), values(x));
-  EXPECT_EQ(values(y), values(ops::conv2d_forward(x, w, Tensor(), g)));
-  const Tensor dy = random({2, 16, 6, 6}, 3, DType::kFloat32);
-  Tensor dw = Tensor::zeros({16, 16, 3, 3}), dw_plain = Tensor::zeros({16, 16, 3, 3}), no_bias;
-  Tensor staged_dy;
-  ops::conv2d_backward_weights(staged_x, dy, dw, no_bias, g, staged_dy);
-  ops::conv2d_backward_weights(x, dy, dw_plain, no_bias, g);
-  EXPECT_EQ(values(dw), values(dw_plain));
-  ASSERT_GT(ops::image_block(staged_dy), 0) << staged_dy.str();
-  EXPECT_EQ(values(ops::plain_image(staged_dy)), values(dy));
-  // A float64 convolution reads x as it is.
-  Tensor staged64;
-  const Tensor x64 = ops::cast(x, DType::kFloat64);
-  ops::conv2d_forward(x64, ops::cast(w, DType::kFloat64), Tensor(), g, ops::Activation::kRelu,
-                      true, &staged64);
-  EXPECT_EQ(staged64.raw_data(), x64.raw_data());
 }
 
 TEST(BlockedImages, ALayerThatTakesOnlyPlainImagesRefusesABlockedOne) {

@@ -80,16 +80,9 @@ Shape image_shape(const Tensor& x);
 /// A blocked image as plain NCHW (a plain one is returned as it is).
 Tensor plain_image(const Tensor& x);
 /// act(conv2d_forward(x, w, bias, g)) with x plain or blocked; blocked when `blocked_out` and
-/// the backend computes blocked (the ReLU then runs inside the convolution). `staged_x`, when
-/// given, receives x as the convolution read it: the blocked copy it made of a plain x, or x
-/// itself. Keeping that for conv2d_backward_weights spares it the same reorder.
+/// the backend computes blocked (the ReLU then runs inside the convolution).
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Conv2DGeometry& g, Activation act, bool blocked_out,
-                      Tensor* staged_x = nullptr);
-/// conv2d_backward_weights that also gives dy as the primitive read it (a blocked copy of a
-/// plain dy, or dy itself) in `staged_dy`, for conv2d_backward_data to read without a reorder.
-void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                             const Conv2DGeometry& g, Tensor& staged_dy);
+                      const Conv2DGeometry& g, Activation act, bool blocked_out);
 /// conv2d_backward_data with dy plain or blocked; dx blocked with `block` (image_block of the
 /// forward's x) or plain when `block` is 0.
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,

@@ -177,25 +177,10 @@ std::string layout_key(std::initializer_list<std::int64_t> blocks) {
 // image (out_block), and is reordered to plain otherwise.
 struct CachedForward : Cached<dnnl::convolution_forward> {
   std::int64_t out_block = 0;
-  std::int64_t staged_block = 0;  // x's reorder target, when Mirror can hold it as an image
 };
 
-/// Reads `t` through input boundary `b`; with `staged` non-null and a reorder into a layout of
-/// block `staged_block` (> 0), into a new blocked image that *staged receives (ops::
-/// conv2d_forward's `staged_x`), else *staged = t.
-void input_staged(DnnlRun& run, int arg, const DnnlBoundary& b, const Tensor& t,
-                  std::int64_t staged_block, const dnnl::memory::desc& plain, Tensor* staged) {
-  if (staged == nullptr || !b.reorders() || staged_block == 0) {
-    run.input(arg, b, t);
-    if (staged) *staged = t;
-    return;
-  }
-  *staged = image_tensor(plain, staged_block, t.device());
-  run.input_into(arg, b, t, *staged);
-}
-
 Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvDims& d,
-                         bool relu, bool blocked_out, Tensor* staged_x) {
+                         bool relu, bool blocked_out) {
   using Prim = dnnl::convolution_forward;
   static PrimitiveCache<std::shared_ptr<const CachedForward>> cache;
   const bool with_bias = bias.defined();
@@ -210,13 +195,12 @@ Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, c
     CachedForward c{{pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
                      dnnl_input_boundary(d.weights(), pd.weights_desc()),
                      dnnl_output_boundary(image_md(d.dst(), out_block), pd.dst_desc())},
-                    out_block,
-                    image_block_of(pd.src_desc())};
+                    out_block};
     return std::make_shared<const CachedForward>(std::move(c));
   });
   Tensor y = image_tensor(d.dst(), e->out_block, x.device());
   DnnlRun run(x.device());
-  input_staged(run, DNNL_ARG_SRC, e->a, x, e->staged_block, d.src(), staged_x);
+  run.input(DNNL_ARG_SRC, e->a, x);
   run.input(DNNL_ARG_WEIGHTS, e->b, w);
   if (with_bias) run.input(DNNL_ARG_BIAS, dnnl_input_boundary(d.bias(), d.bias()), bias);
   run.output(DNNL_ARG_DST, e->c, y);
@@ -261,11 +245,10 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
 // by reorders with a sum post-op.
 struct CachedBackwardWeights : Cached<dnnl::convolution_backward_weights> {
   DnnlBoundary bias;
-  std::int64_t staged_block = 0;  // dy's reorder target, when Mirror can hold it as an image
 };
 
 void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                                const ConvDims& d, Tensor* staged_dy) {
+                                const ConvDims& d) {
   using Prim = dnnl::convolution_backward_weights;
   static PrimitiveCache<std::shared_ptr<const CachedBackwardWeights>> cache;
   const bool with_bias = dbias.defined();
@@ -289,13 +272,12 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
          dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
          dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
         {}};
-    c.staged_block = image_block_of(pd.diff_dst_desc());
     if (with_bias) c.bias = dnnl_output_boundary(d.bias(), pd.diff_bias_desc(), true);
     return std::make_shared<const CachedBackwardWeights>(std::move(c));
   });
   DnnlRun run(x.device());
   run.input(DNNL_ARG_SRC, e->a, x);
-  input_staged(run, DNNL_ARG_DIFF_DST, e->b, dy, e->staged_block, d.dst(), staged_dy);
+  run.input(DNNL_ARG_DIFF_DST, e->b, dy);
   run.output(DNNL_ARG_DIFF_WEIGHTS, e->c, dw);
   if (with_bias) run.output(DNNL_ARG_DIFF_BIAS, e->bias, dbias);
   run.execute(e->prim, e->pd.scratchpad_desc());
@@ -425,12 +407,12 @@ void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 
 Tensor CpuKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                   const ops::Conv2DGeometry& g) {
-  return conv2d_forward_blocked(x, w, bias, g, ops::Activation::kIdentity, false, nullptr);
+  return conv2d_forward_blocked(x, w, bias, g, ops::Activation::kIdentity, false);
 }
 
 Tensor CpuKernels::conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
                                           const ops::Conv2DGeometry& g, ops::Activation act,
-                                          bool blocked_out, Tensor* staged_x) {
+                                          bool blocked_out) {
   require_same_dtype(x, bias, "conv2d_forward");
   const ConvDims d(ops::image_shape(x), w.shape(), g);
   const bool relu = act == ops::Activation::kRelu;
@@ -439,15 +421,13 @@ Tensor CpuKernels::conv2d_forward_blocked(const Tensor& x, const Tensor& w, cons
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16)
-          return conv_forward_dnnl(round_to_half(x), round_to_half(w), bias, d, relu, blocked_out,
-                                   staged_x);
-        return conv_forward_dnnl(x, w, bias, d, relu, blocked_out, staged_x);
+          return conv_forward_dnnl(round_to_half(x), round_to_half(w), bias, d, relu, blocked_out);
+        return conv_forward_dnnl(x, w, bias, d, relu, blocked_out);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_forward " + x.str() + " * " + w.str());
       }
     } else {
       require_plain(x, "conv2d_forward");
-      if (staged_x) *staged_x = x;
       Tensor plain = conv_forward_ref<T>(x, w, bias, d);
       return relu ? activation_forward(act, plain) : plain;
     }
@@ -492,17 +472,6 @@ Tensor CpuKernels::conv2d_backward_data_blocked(const Tensor& dy, const Tensor& 
 
 void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw,
                                          Tensor& dbias, const ops::Conv2DGeometry& g) {
-  backward_weights(x, dy, dw, dbias, g, nullptr);
-}
-
-void CpuKernels::conv2d_backward_weights_staged(const Tensor& x, const Tensor& dy, Tensor& dw,
-                                                Tensor& dbias, const ops::Conv2DGeometry& g,
-                                                Tensor& staged_dy) {
-  backward_weights(x, dy, dw, dbias, g, &staged_dy);
-}
-
-void CpuKernels::backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                                  const ops::Conv2DGeometry& g, Tensor* staged_dy) {
   require_same_dtype(x, dy, "conv2d_backward_weights");
   require_same_dtype(x, dw, "conv2d_backward_weights");
   require_same_dtype(x, dbias, "conv2d_backward_weights");
@@ -519,18 +488,16 @@ void CpuKernels::backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw,
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16) {
-          conv_backward_weights_dnnl(round_to_half(x), round_to_half(dy), dw, dbias, d,
-                                     staged_dy);
+          conv_backward_weights_dnnl(round_to_half(x), round_to_half(dy), dw, dbias, d);
           return;
         }
-        conv_backward_weights_dnnl(x, dy, dw, dbias, d, staged_dy);
+        conv_backward_weights_dnnl(x, dy, dw, dbias, d);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_backward_weights x " + x.str() + ", dy " + dy.str());
       }
     } else {
       require_plain(x, "conv2d_backward_weights");
       require_plain(dy, "conv2d_backward_weights");
-      if (staged_dy) *staged_dy = dy;
       conv_backward_weights_ref<T>(x, dy, dw, dbias, d);
     }
   });

@@ -101,13 +101,6 @@ void DnnlRun::input(int arg, const DnnlBoundary& b, const Tensor& t) {
   args_[arg] = chosen;
 }
 
-void DnnlRun::input_into(int arg, const DnnlBoundary& b, const Tensor& t, const Tensor& staged) {
-  dnnl::memory user = dnnl_memory(b.plain, t);
-  dnnl::memory chosen = dnnl_memory(b.chosen, staged);
-  run(b.reorder, b.reorder_scratch, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, chosen}});
-  args_[arg] = chosen;
-}
-
 void DnnlRun::output(int arg, const DnnlBoundary& b, const Tensor& t) {
   dnnl::memory user = dnnl_memory(b.plain, t);
   if (!b.reorders()) {

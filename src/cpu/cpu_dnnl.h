@@ -80,9 +80,6 @@ class DnnlRun {
  public:
   explicit DnnlRun(Device device) : device_(device) {}
   void input(int arg, const DnnlBoundary& b, const Tensor& t);
-  /// input() that reorders into `staged` (a tensor of b.chosen's size) instead of a temporary,
-  /// so that the caller keeps the reordered copy.
-  void input_into(int arg, const DnnlBoundary& b, const Tensor& t, const Tensor& staged);
   /// `t` receives the result (overwritten, or added to for an accumulating boundary).
   void output(int arg, const DnnlBoundary& b, const Tensor& t);
   /// Runs `prim` with a scratchpad of `scratch_md`, then the output reorders, and waits.

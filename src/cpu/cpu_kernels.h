@@ -38,9 +38,7 @@ class CpuKernels final : public KernelSet {
   bool blocked_images() const override { return true; }
   Tensor conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
                                 const ops::Conv2DGeometry& g, ops::Activation act,
-                                bool blocked_out, Tensor* staged_x) override;
-  void conv2d_backward_weights_staged(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                                      const ops::Conv2DGeometry& g, Tensor& staged_dy) override;
+                                bool blocked_out) override;
   Tensor conv2d_backward_data_blocked(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                                       const ops::Conv2DGeometry& g, std::int64_t block) override;
   Tensor maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DGeometry& g,
@@ -130,11 +128,6 @@ class CpuKernels final : public KernelSet {
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
                    double beta2, double eps, double weight_decay, bool decoupled,
                    std::int64_t step) override;
-
- private:
-  /// conv2d_backward_weights, giving dy as the primitive read it when staged_dy is non-null.
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                        const ops::Conv2DGeometry& g, Tensor* staged_dy);
 };
 
 /// Element count above which element-wise loops fork OpenMP threads (below it the fork costs

@@ -69,12 +69,9 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
 Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(kernel_.value.defined(), InvalidArgument, name() + " (conv2d): used before build");
   check_image_input(*this, x, input_shape_, dtype_);
-  // x_ keeps x as the convolution read it (a blocked copy of a plain x): the weight gradient
-  // then reads it without a second reorder. The input gradient goes back in x's own layout.
-  x_block_ = ops::image_block(x);
-  Tensor y = ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_,
-                                 blocked_output_allowed(), blocked_copies_allowed() ? &x_ : nullptr);
-  if (!blocked_copies_allowed()) x_ = x;
+  Tensor y =
+      ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_, blocked_output_allowed());
+  x_ = x;
   y_ = y;
   return y;
 }
@@ -83,15 +80,10 @@ Tensor Conv2D::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument, name() + " (conv2d): backward without forward");
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
   const Tensor g = act_ == Activation::kIdentity ? dy : ops::activation_backward(act_, y_, dy);
-  if (!input_grad_needed() || !blocked_copies_allowed()) {
-    ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_);
-    if (!input_grad_needed()) return {};
-    return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_, x_block_);
-  }
-  Tensor staged_g;  // g as the weight gradient read it: the input gradient reads the same copy
-  ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_, staged_g);
-  return ops::conv2d_backward_data(staged_g, kernel_.value, ops::image_shape(x_), geometry_,
-                                   x_block_);
+  ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_);
+  if (!input_grad_needed()) return {};
+  return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_,
+                                   ops::image_block(x_));
 }
 
 std::vector<Parameter*> Conv2D::parameters() {

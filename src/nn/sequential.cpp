@@ -133,10 +133,8 @@ void Sequential::set_blocked_images(bool enabled) {
         allowed[static_cast<std::size_t>(in)] = false;
     }
   }
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
+  for (std::size_t i = 0; i < layers_.size(); ++i)
     layers_[i]->set_blocked_output_allowed(allowed[i]);
-    layers_[i]->set_blocked_copies_allowed(enabled);
-  }
 }
 
 Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {

@@ -180,11 +180,11 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
 }
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2DGeometry& g,
-                      Activation act, bool blocked_out, Tensor* staged_x) {
+                      Activation act, bool blocked_out) {
   KernelSet& k = backend("conv2d_forward", {&x, &w, &bias});
   require_blocked_support(k, {&x}, "conv2d_forward");
   check_conv_forward(x, w, bias, g);
-  return k.conv2d_forward_blocked(x, w, bias, g, act, blocked_out && g.groups == 1, staged_x);
+  return k.conv2d_forward_blocked(x, w, bias, g, act, blocked_out && g.groups == 1);
 }
 
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
@@ -209,9 +209,8 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
   return k.conv2d_backward_data_blocked(dy, w, x_shape, g, block);
 }
 
-namespace {
-KernelSet& check_conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw,
-                                       Tensor& dbias, const Conv2DGeometry& g) {
+void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
+                             const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_backward_weights", {&x, &dy, &dw, &dbias});
   require_blocked_support(k, {&x, &dy}, "conv2d_backward_weights");
   require_groups(dw, g, "conv2d_backward_weights");
@@ -221,24 +220,7 @@ KernelSet& check_conv_backward_weights(const Tensor& x, const Tensor& dy, Tensor
                      (g.groups == 1 || (image_block(x) == 0 && image_block(dy) == 0)),
                  "conv2d_backward_weights",
                  "x " + x.str() + ", dy " + dy.str() + ", dw " + dw.str() + " disagree");
-  return k;
-}
-}  // namespace
-
-void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                             const Conv2DGeometry& g) {
-  check_conv_backward_weights(x, dy, dw, dbias, g).conv2d_backward_weights(x, dy, dw, dbias, g);
-}
-
-void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& dbias,
-                             const Conv2DGeometry& g, Tensor& staged_dy) {
-  KernelSet& k = check_conv_backward_weights(x, dy, dw, dbias, g);
-  if (g.groups != 1) {  // blocked images are ungrouped
-    k.conv2d_backward_weights(x, dy, dw, dbias, g);
-    staged_dy = dy;
-    return;
-  }
-  k.conv2d_backward_weights_staged(x, dy, dw, dbias, g, staged_dy);
+  k.conv2d_backward_weights(x, dy, dw, dbias, g);
 }
 
 Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_out) {

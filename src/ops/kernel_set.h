@@ -38,21 +38,14 @@ class KernelSet {
   virtual Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const ops::Pool2DGeometry& g) = 0;
   // Note [Blocked images] (ops.h): a backend that computes images in a blocked layout says so
-  // and overrides the five below. The defaults compute plain NCHW; dispatch gives a backend
+  // and overrides the four below. The defaults compute plain NCHW; dispatch gives a backend
   // without blocked images no blocked tensor.
   virtual bool blocked_images() const { return false; }
   virtual Tensor conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
                                         const ops::Conv2DGeometry& g, ops::Activation act,
-                                        bool /*blocked_out*/, Tensor* staged_x) {
-    if (staged_x) *staged_x = x;
+                                        bool /*blocked_out*/) {
     Tensor y = conv2d_forward(x, w, bias, g);
     return act == ops::Activation::kIdentity ? y : activation_forward(act, y);
-  }
-  virtual void conv2d_backward_weights_staged(const Tensor& x, const Tensor& dy, Tensor& dw,
-                                              Tensor& dbias, const ops::Conv2DGeometry& g,
-                                              Tensor& staged_dy) {
-    conv2d_backward_weights(x, dy, dw, dbias, g);
-    staged_dy = dy;
   }
   virtual Tensor conv2d_backward_data_blocked(const Tensor& dy, const Tensor& w,
                                               const Shape& x_shape, const ops::Conv2DGeometry& g,

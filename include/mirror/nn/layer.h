@@ -141,16 +141,11 @@ class Layer {
   /// output accepts one; the gradient backward receives is then laid out like the output.
   bool blocked_output_allowed() const { return blocked_output_allowed_; }
   void set_blocked_output_allowed(bool allowed) { blocked_output_allowed_ = allowed; }
-  /// Whether the layer may keep blocked copies of plain tensors for its own backward (a
-  /// convolution's input). Sequential allows it with blocked images.
-  bool blocked_copies_allowed() const { return blocked_copies_allowed_; }
-  void set_blocked_copies_allowed(bool allowed) { blocked_copies_allowed_ = allowed; }
 
  private:
   std::string name_;
   bool input_grad_needed_ = true;
   bool blocked_output_allowed_ = false;
-  bool blocked_copies_allowed_ = false;
 };
 
 /// A layer with two or more inputs (Add, Concatenate). The single-input entry points throw; a

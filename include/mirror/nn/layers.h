@@ -77,7 +77,6 @@ class Conv2D : public Layer {
   ops::Conv2DGeometry geometry_;
   Parameter kernel_, bias_;
   Tensor x_, y_;
-  std::int64_t x_block_ = 0;  // ops::image_block of the input (x_ may be a blocked copy)
 };
 
 /// Max pooling over pool x pool windows. Input NCHW. kSame pads like TensorFlow (padded
