@@ -51,6 +51,32 @@ TEST_P(OpsCpuTyped, GemmBetaZeroIgnoresGarbageInC) {
   Tensor c = make({nan, nan, nan, nan}, {2, 2});
   ops::gemm(false, false, 1.0, make({1, 2, 3, 4, 5, 6}, {2, 3}), make(iota(6, 7), {3, 2}), 0.0, c);
   EXPECT_EQ(values(c), (std::vector<double>{58, 64, 139, 154}));
+  // Every size class of the float32 kernels (small, gemv-like, blocked), every transpose, and
+  // the bfloat16 matmul: C is written, never read (the CPU backend does not zero it first).
+  struct Size {
+    std::int64_t m, n, k;
+  };
+  const bool bf16_too = dt() == DType::kFloat32;
+  for (const Size s : {Size{1, 1, 1}, Size{1, 513, 64}, Size{3, 17, 5}, Size{64, 100, 300},
+                       Size{513, 64, 1024}}) {
+    for (int mode = 0; mode < (bf16_too ? 2 : 1); ++mode) {
+      const ScopedMathMode scoped(mode ? MathMode::kBFloat16 : MathMode::kFloat32);
+      for (int ta = 0; ta < 2; ++ta) {
+        for (int tb = 0; tb < 2; ++tb) {
+          const Tensor a = make(std::vector<double>(s.m * s.k, 0.5), ta ? Shape{s.k, s.m}
+                                                                        : Shape{s.m, s.k});
+          const Tensor b = make(std::vector<double>(s.k * s.n, 0.25), tb ? Shape{s.n, s.k}
+                                                                         : Shape{s.k, s.n});
+          Tensor g = make(std::vector<double>(s.m * s.n, nan), {s.m, s.n});
+          ops::gemm(ta, tb, 1.0, a, b, 0.0, g);
+          const std::vector<double> got = values(g);
+          ASSERT_EQ(got, std::vector<double>(got.size(), 0.125 * static_cast<double>(s.k)))
+              << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb
+              << " bf16=" << mode;
+        }
+      }
+    }
+  }
 }
 
 TEST_P(OpsCpuTyped, BiasAddAndAccumulatedBiasGrad) {

@@ -172,7 +172,9 @@ void CpuKernels::gemm(bool ta, bool tb, double alpha, const Tensor& a, const Ten
     const T* ap = a.data<T>();
     const T* bp = b.data<T>();
     if constexpr (std::is_same_v<T, float>) {
-      if (beta == 0) scale_c(cp, m * n, 0.0);  // BLAS may read C even when beta == 0
+      // beta == 0 leaves C unread: dnnl_sgemm and the matmul (no sum post-op) only write it, so a
+      // first gradient write (Note [First gradient write]) is one pass over C, not two
+      // (OpsCpuTyped.GemmBetaZeroIgnoresGarbageInC checks shapes of every size class).
       const MathMode mode = math_mode();
       if (mode == MathMode::kBFloat16) {
         try {
