@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/cpu_dnnl.h"
+#include "math/dropout.h"
 #include "mirror/ops.h"
 #include "ops_test_util.h"
 
@@ -341,6 +342,17 @@ TEST_P(OpsCpuTyped, DropoutMaskFollowsTheSampleNotTheSlot) {
   for (std::size_t i = 0; i < v1.size(); ++i) {
     EXPECT_TRUE(v1[i] == 0 || std::abs(v1[i] - keep) < 1e-6) << v1[i];
     EXPECT_EQ(yv[i], 2.0 * v1[i]);
+  }
+  // Element by element the decision of math::dropout_scale, which the GPU kernel draws too
+  // (Note [Dropout by sample id]); the CPU kernel hashes each sample's key once.
+  const std::int64_t sample_of_row[] = {7, 8, 9};
+  for (int s = 0; s < 3; ++s) {
+    for (int j = 0; j < 40; ++j) {
+      const double want = dt() == DType::kFloat32
+                              ? math::dropout_scale<float>(42, sample_of_row[s], j, rate)
+                              : math::dropout_scale<double>(42, sample_of_row[s], j, rate);
+      ASSERT_EQ(v1[static_cast<std::size_t>(s * 40 + j)], want) << "sample row " << s << ", " << j;
+    }
   }
   // Other sample ids or another seed give other masks.
   EXPECT_NE(std::vector<double>(v1.begin(), v1.begin() + 40),

@@ -22,14 +22,23 @@ MIRROR_HD inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/// The state after absorbing (seed, sample_id): the same for every element of a sample, so a
+/// kernel computes it once per sample (dropout_uniform is dropout_uniform_from of it).
+MIRROR_HD inline uint64_t dropout_sample_key(uint64_t seed, int64_t sample_id) {
+  return splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(sample_id));
+}
+
+/// Uniform in [0, 1) with 24 random bits from a sample's key and an element index.
+MIRROR_HD inline float dropout_uniform_from(uint64_t sample_key, int64_t index) {
+  const uint64_t h = splitmix64(sample_key ^ static_cast<uint64_t>(index));
+  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+}
+
 /// Uniform in [0, 1) with 24 random bits, so it is exact in float on every platform.
 MIRROR_HD inline float dropout_uniform(uint64_t seed, int64_t sample_id, int64_t index) {
   // Chained mixing: each key is absorbed after the previous state was fully avalanched, so
   // (seed, id, index) triples that differ anywhere give unrelated outputs.
-  uint64_t h = splitmix64(seed);
-  h = splitmix64(h ^ static_cast<uint64_t>(sample_id));
-  h = splitmix64(h ^ static_cast<uint64_t>(index));
-  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+  return dropout_uniform_from(dropout_sample_key(seed, sample_id), index);
 }
 
 /// True when element `index` of sample `sample_id` is kept; P(keep) = 1 - rate.
