@@ -74,6 +74,15 @@ TEST_P(OpsCpuTyped, GemmBetaZeroIgnoresGarbageInC) {
           ASSERT_EQ(got, std::vector<double>(got.size(), 0.125 * static_cast<double>(s.k)))
               << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb
               << " bf16=" << mode;
+          // alpha and beta on the same shapes (the largest N,T one runs oneDNN's matmul
+          // primitive, Note [Large float32 products]).
+          Tensor h = make(std::vector<double>(s.m * s.n, 1.0), {s.m, s.n});
+          ops::gemm(ta, tb, 2.0, a, b, 0.5, h);
+          const std::vector<double> scaled = values(h);
+          ASSERT_EQ(scaled,
+                    std::vector<double>(scaled.size(), 0.25 * static_cast<double>(s.k) + 0.5))
+              << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb
+              << " bf16=" << mode;
         }
       }
     }
