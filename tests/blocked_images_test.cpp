@@ -130,6 +130,14 @@ TEST(BlockedImages, MaxPoolTiesPaddingAndOddSizesEqualThePlainPath) {
       EXPECT_EQ(values(ops::plain_image(dxb)), values(dx));
       const Tensor dxp = ops::maxpool2d_backward(xb, y_plain_out, dy, c.g);
       EXPECT_EQ(values(ops::plain_image(dxp)), values(dx));
+      // With the ReLU mask of x (Note [ReLU through max pool]): the plain path's result.
+      const Tensor relu_x = ops::activation_forward(ops::Activation::kRelu, x);
+      const Tensor relu_y = ops::maxpool2d_forward(relu_x, c.g);
+      const Tensor masked = ops::maxpool2d_backward(relu_x, relu_y, dy, c.g, true);
+      const Tensor relu_xb = blocked(relu_x, b);
+      const Tensor masked_b = ops::maxpool2d_backward(
+          relu_xb, ops::maxpool2d_forward(relu_xb, c.g, true), blocked(dy, b), c.g, true);
+      EXPECT_EQ(values(ops::plain_image(masked_b)), values(masked));
     }
   }
 }
@@ -181,9 +189,23 @@ TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
   std::vector<bool> allowed;
   for (auto& layer : m.layers()) allowed.push_back(layer->blocked_output_allowed());
   EXPECT_EQ(allowed, (std::vector<bool>{true, true, true, false, false, false, false, false}));
+  // Note [ReLU through max pool]: each ReLU convolution's pool applies its mask.
+  std::vector<bool> masked_by_reader, masks_input;
+  for (auto& layer : m.layers()) {
+    masked_by_reader.push_back(layer->relu_masked_by_reader());
+    masks_input.push_back(layer->masks_input_relu());
+  }
+  EXPECT_EQ(masked_by_reader,
+            (std::vector<bool>{true, false, true, false, false, false, false, false}));
+  EXPECT_EQ(masks_input, (std::vector<bool>{false, true, false, true, false, false, false, false}));
   const Pass with = run(m, x);
+  // Without blocked images and with the ReLUs' own backward passes: the same bits.
   m.set_blocked_images(false);
-  for (auto& layer : m.layers()) EXPECT_FALSE(layer->blocked_output_allowed()) << layer->name();
+  for (auto& layer : m.layers()) {
+    EXPECT_FALSE(layer->blocked_output_allowed()) << layer->name();
+    layer->set_relu_masked_by_reader(false);
+    layer->set_masks_input_relu(false);
+  }
   const Pass without = run(m, x);
   EXPECT_EQ(with.output, without.output);
   ASSERT_EQ(with.grads.size(), without.grads.size());

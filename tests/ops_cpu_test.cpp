@@ -198,6 +198,31 @@ TEST_P(OpsCpuTyped, MaxPoolPaddingNeverWins) {
   EXPECT_EQ(values(dx), (std::vector<double>{1, 0, 1, 0, 0, 0, 1, 0, 1}));
 }
 
+TEST_P(OpsCpuTyped, MaxPoolBackwardWithTheReluMaskIsReluBackwardOfItsGradient) {
+  // Note [ReLU through max pool]: x is a ReLU's output (zeros, ties among them and positive
+  // values); the fused backward equals relu_backward(x, maxpool2d_backward(...)) bit for bit,
+  // for the 2x2 loops, a padded 3x3 window, overlapping windows and an odd size.
+  std::vector<double> v = values(ops_test::random({2, 3, 7, 9}, 5, DType::kFloat64));
+  for (double& e : v) e = std::max(0.0, std::round(e * 3) / 3);  // many exact zeros and ties
+  const Tensor x = make(v, {2, 3, 7, 9});
+  ops::Pool2DGeometry two, three, overlapping;
+  three.k_h = three.k_w = 3;
+  three.pad_bottom = three.pad_right = 1;
+  overlapping.k_h = overlapping.k_w = 3;
+  overlapping.stride_h = overlapping.stride_w = 1;
+  overlapping.pad_top = overlapping.pad_left = overlapping.pad_bottom = overlapping.pad_right = 1;
+  for (const ops::Pool2DGeometry& g : {two, three, overlapping}) {
+    const Tensor y = ops::maxpool2d_forward(x, g);
+    const Tensor dy = make(values(ops_test::random(y.shape(), 6, DType::kFloat64)), y.shape());
+    const Tensor fused = ops::maxpool2d_backward(x, y, dy, g, true);
+    const Tensor apart =
+        ops::activation_backward(ops::Activation::kRelu, x, ops::maxpool2d_backward(x, y, dy, g));
+    EXPECT_EQ(values(fused), values(apart)) << "window " << g.k_h << " stride " << g.stride_h;
+    EXPECT_NE(values(fused), values(ops::maxpool2d_backward(x, y, dy, g)))
+        << "the mask removed nothing: the input has no window whose maximum is 0";
+  }
+}
+
 TEST(OpsCpu, MaxPoolRejectsPaddingAsLargeAsTheWindow) {
   ops::Pool2DGeometry g;
   g.pad_top = 2;

@@ -100,9 +100,10 @@ struct Pool2DGeometry {
 /// x may be blocked (Note [Blocked images]); y is blocked like it when `blocked_out`, plain
 /// NCHW otherwise.
 Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_out = false);
-/// dy is laid out like y; dx like x.
+/// dy is laid out like y; dx like x. `relu_input`: x is a ReLU's output, and dx gets its mask
+/// too (relu backward through x), in one pass (Note [ReLU through max pool], cpu_pool.cpp).
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Pool2DGeometry& g);
+                          const Pool2DGeometry& g, bool relu_input = false);
 
 // ---------------------------------------------------------------- element-wise
 Tensor activation_forward(Activation act, const Tensor& x);

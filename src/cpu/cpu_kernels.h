@@ -44,6 +44,8 @@ class CpuKernels final : public KernelSet {
   Tensor maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DGeometry& g,
                                    bool blocked_out) override;
   Tensor image_to_plain(const Tensor& x) override;
+  Tensor maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                 const ops::Pool2DGeometry& g) override;
 
   Tensor activation_forward(ops::Activation act, const Tensor& x) override;
   Tensor activation_backward(ops::Activation act, const Tensor& y, const Tensor& dy) override;
@@ -128,6 +130,11 @@ class CpuKernels final : public KernelSet {
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,
                    double beta2, double eps, double weight_decay, bool decoupled,
                    std::int64_t step) override;
+
+ private:
+  /// maxpool2d_backward, with the ReLU mask of its input when `relu` (cpu_pool.cpp).
+  Tensor pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                       const ops::Pool2DGeometry& g, bool relu);
 };
 
 /// Element count above which element-wise loops fork OpenMP threads (below it the fork costs

@@ -6,6 +6,11 @@
 // the CPU backend uses its own loops: the window scan below uses a strict '>' and visits only
 // in-bounds positions. Pooling is memory-bound and cheap next to the convolutions around it.
 //
+// Note [ReLU through max pool]: a max pool reading a ReLU's output routes each window's gradient
+// to a position it reads anyway, so its backward can apply the ReLU's mask there (y > 0, as
+// math::Relu::backward) and spare the ReLU a pass over the whole input gradient. `relu` does
+// that: dx is what relu_backward(x, pool_backward(...)) gives, bit for bit.
+//
 // The common 2x2 / stride 2 / unpadded window has its own branch-free loops (Pool2x2) that the
 // compiler vectorizes: the same values and the same gradient routing as the general scan (the
 // forward makes the scan's comparisons; the backward picks the first element equal to the scan's
@@ -88,8 +93,9 @@ struct Pool2x2 {
   }
 
   /// dx = 0 + dy at the first maximum (the '+' keeps the general path's -0 -> +0), 0 elsewhere.
+  /// `relu`: also 0 where the maximum is not positive (Note [ReLU through max pool]).
   template <class T>
-  static void backward(const T* plane, const T* grad, T* out, const PoolDims& d) {
+  static void backward(const T* plane, const T* grad, T* out, const PoolDims& d, bool relu) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
       const T* r0 = plane + 2 * oh * d.w;
       const T* r1 = r0 + d.w;
@@ -108,7 +114,7 @@ struct Pool2x2 {
         // Bitwise '&'/'|' on purpose: '&&' would be control flow.
         const bool ab = a == m, bb = b == m, cb = c == m, eb = e == m;
         const bool to_b = !ab & bb, to_c = !ab & !bb & cb, to_e = !ab & !bb & !cb & eb;
-        const T v = T(0) + g[ow];
+        const T v = relu && !(m > T(0)) ? T(0) : T(0) + g[ow];
         o0[j] = !(to_b | to_c | to_e) ? v : T(0);
         o0[j + 1] = to_b ? v : T(0);
         o1[j] = to_c ? v : T(0);
@@ -160,7 +166,7 @@ MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restri
 template <class T, int B>
 MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* __restrict grad,
                                            T* __restrict out, const PoolDims& d,
-                                           std::int64_t runtime_b) {
+                                           std::int64_t runtime_b, bool relu) {
   const std::int64_t b = B > 0 ? B : runtime_b;
   if (Pool2x2::applies(d.g)) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -180,7 +186,7 @@ MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* _
           m = v3 > m ? v3 : m;
           const bool e0 = v0 == m, e1 = v1 == m, e2 = v2 == m, e3 = v3 == m;
           const bool to1 = !e0 & e1, to2 = !e0 & !e1 & e2, to3 = !e0 & !e1 & !e2 & e3;
-          const T v = T(0) + src[l];
+          const T v = relu && !(m > T(0)) ? T(0) : T(0) + src[l];
           o0[l] = !(to1 | to2 | to3) ? v : T(0);
           o0[b + l] = to1 ? v : T(0);
           o1[l] = to2 ? v : T(0);
@@ -198,7 +204,8 @@ MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* _
   for (std::int64_t oh = 0; oh < d.oh; ++oh) {
     for (std::int64_t ow = 0; ow < d.ow; ++ow) {
       for (std::int64_t l = 0; l < b; ++l) {
-        out[blocked_argmax(plane, d, oh, ow, b, l)] += grad[(oh * d.ow + ow) * b + l];
+        const std::int64_t best = blocked_argmax(plane, d, oh, ow, b, l);
+        if (!relu || plane[best] > T(0)) out[best] += grad[(oh * d.ow + ow) * b + l];
       }
     }
   }
@@ -299,6 +306,16 @@ Tensor CpuKernels::maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry&
 
 Tensor CpuKernels::maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                       const ops::Pool2DGeometry& g) {
+  return pool_backward(x, y, dy, g, false);
+}
+
+Tensor CpuKernels::maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                           const ops::Pool2DGeometry& g) {
+  return pool_backward(x, y, dy, g, true);
+}
+
+Tensor CpuKernels::pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                 const ops::Pool2DGeometry& g, bool relu) {
   if (const std::int64_t b = ops::image_block(x); b != 0) {
     const PoolDims d(ops::image_shape(x), g);
     const Shape dys = ops::image_shape(dy);
@@ -320,7 +337,7 @@ Tensor CpuKernels::maxpool2d_backward(const Tensor& x, const Tensor& y, const Te
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
       for (std::int64_t p = 0; p < d.n * blocks; ++p) {
         blocked_backward<float, B>(xp + p * d.h * d.w * b, gp + p * d.oh * d.ow * b,
-                                   dxp + p * d.h * d.w * b, d, b);
+                                   dxp + p * d.h * d.w * b, d, b, relu);
       }
     });
     return dx;
@@ -347,12 +364,13 @@ Tensor CpuKernels::maxpool2d_backward(const Tensor& x, const Tensor& y, const Te
       const T* grad = dyp + p * d.oh * d.ow;
       T* out = dxp + p * d.h * d.w;
       if (fast) {
-        Pool2x2::backward(plane, grad, out, d);
+        Pool2x2::backward(plane, grad, out, d, relu);
         continue;
       }
       for (std::int64_t oh = 0; oh < d.oh; ++oh) {
         for (std::int64_t ow = 0; ow < d.ow; ++ow) {
-          out[window_argmax(plane, d, oh, ow)] += grad[oh * d.ow + ow];
+          const std::int64_t best = window_argmax(plane, d, oh, ow);
+          if (!relu || plane[best] > T(0)) out[best] += grad[oh * d.ow + ow];
         }
       }
     }

@@ -79,7 +79,9 @@ Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
 Tensor Conv2D::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument, name() + " (conv2d): backward without forward");
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
-  const Tensor g = act_ == Activation::kIdentity ? dy : ops::activation_backward(act_, y_, dy);
+  // The max pool reading this output applied the ReLU's mask already (relu_masked_by_reader).
+  const bool masked = act_ == Activation::kIdentity || relu_masked_by_reader();
+  const Tensor g = masked ? dy : ops::activation_backward(act_, y_, dy);
   ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_);
   if (!input_grad_needed()) return {};
   return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_,
@@ -132,7 +134,7 @@ Tensor MaxPool2D::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument,
                name() + " (max_pooling2d): backward without forward");
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
-  return ops::maxpool2d_backward(x_, y_, dy, geometry_);
+  return ops::maxpool2d_backward(x_, y_, dy, geometry_, masks_input_relu());
 }
 
 nlohmann::json MaxPool2D::config() const {

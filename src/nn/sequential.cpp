@@ -119,6 +119,22 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
   device_ = device;
   built_ = true;
   set_blocked_images(blocked_images_);
+  // Note [ReLU through max pool]: a ReLU output read only by a layer that can mask it.
+  std::vector<std::vector<int>> readers(layers_.size());
+  for (int i = 0; i < n; ++i) {
+    for (int in : inputs_[static_cast<std::size_t>(i)]) {
+      if (in != kModelInput) readers[static_cast<std::size_t>(in)].push_back(i);
+    }
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& producer = *layers_[i];
+    Layer* reader = readers[i].size() == 1
+                        ? layers_[static_cast<std::size_t>(readers[i][0])].get()
+                        : nullptr;
+    const bool pair = reader && producer.relu_output() && reader->can_mask_input_relu();
+    producer.set_relu_masked_by_reader(pair);
+    if (pair) reader->set_masks_input_relu(true);
+  }
 }
 
 void Sequential::set_blocked_images(bool enabled) {

@@ -236,11 +236,12 @@ Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_
 }
 
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Pool2DGeometry& g) {
+                          const Pool2DGeometry& g, bool relu_input) {
   KernelSet& k = backend("maxpool2d_backward", {&x, &y, &dy});
   require_blocked_support(k, {&x, &y}, "maxpool2d_backward");
   require_same(y, dy, "maxpool2d_backward");
   require_pool_geometry(g, "maxpool2d_backward");
+  if (relu_input) return k.maxpool2d_backward_relu(x, y, dy, g);
   return k.maxpool2d_backward(x, y, dy, g);
 }
 

@@ -141,11 +141,23 @@ class Layer {
   /// output accepts one; the gradient backward receives is then laid out like the output.
   bool blocked_output_allowed() const { return blocked_output_allowed_; }
   void set_blocked_output_allowed(bool allowed) { blocked_output_allowed_ = allowed; }
+  /// Note [ReLU through max pool] (src/cpu/cpu_pool.cpp): a layer whose output is a ReLU's
+  /// (its backward masks dy by output > 0), and a reader that can apply that mask in its own
+  /// backward. Sequential pairs a producer with its only reader: the reader then masks
+  /// (masks_input_relu) and the producer skips its pass (relu_masked_by_reader).
+  virtual bool relu_output() const { return false; }
+  virtual bool can_mask_input_relu() const { return false; }
+  bool relu_masked_by_reader() const { return relu_masked_by_reader_; }
+  void set_relu_masked_by_reader(bool masked) { relu_masked_by_reader_ = masked; }
+  bool masks_input_relu() const { return masks_input_relu_; }
+  void set_masks_input_relu(bool masks) { masks_input_relu_ = masks; }
 
  private:
   std::string name_;
   bool input_grad_needed_ = true;
   bool blocked_output_allowed_ = false;
+  bool relu_masked_by_reader_ = false;
+  bool masks_input_relu_ = false;
 };
 
 /// A layer with two or more inputs (Add, Concatenate). The single-input entry points throw; a

@@ -61,6 +61,7 @@ class Conv2D : public Layer {
          Activation act = Activation::kIdentity, bool use_bias = true);
   std::string kind() const override { return "conv2d"; }
   bool accepts_blocked_input() const override { return true; }
+  bool relu_output() const override { return act_ == Activation::kRelu; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
@@ -87,6 +88,7 @@ class MaxPool2D : public Layer {
   explicit MaxPool2D(int pool = 2, int stride = 0, Padding padding = Padding::kValid);
   std::string kind() const override { return "max_pooling2d"; }
   bool accepts_blocked_input() const override { return true; }
+  bool can_mask_input_relu() const override { return true; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
