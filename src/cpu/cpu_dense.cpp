@@ -116,26 +116,37 @@ dnnl::memory::desc matrix(std::int64_t rows, std::int64_t cols, bool transposed,
       {rows, cols}, type, transposed ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1}};
 }
 
+/// The cache key of a matmul: its sizes, transposes, and alpha and beta, which are baked into
+/// the primitive and so keyed exactly (%a), not to 6 decimals.
+std::string matmul_key(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                       double alpha, double beta) {
+  char scalars[64];
+  std::snprintf(scalars, sizeof scalars, "%a,%a", alpha, beta);
+  return std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
+         (ta ? ",T" : ",N") + (tb ? "T," : "N,") + scalars;
+}
+
+/// C = alpha * A B + beta * C as matmul attributes: an output scale and a sum post-op.
+dnnl::primitive_attr matmul_attr(double alpha, double beta) {
+  dnnl::primitive_attr attr = dnnl_user_scratchpad_attr();
+  if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
+  if (beta != 0.0) {
+    dnnl::post_ops ops;
+    ops.append_sum(static_cast<float>(beta));
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
 void gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
                const Tensor& a, const Tensor& b, double beta, Tensor& c) {
   using dt = dnnl::memory::data_type;
   static PrimitiveCache<std::shared_ptr<const Bf16Gemm>> cache;
-  // alpha and beta are baked into the primitive: keyed exactly (%a), not to 6 decimals.
-  char scalars[64];
-  std::snprintf(scalars, sizeof scalars, "%a,%a", alpha, beta);
-  const std::string key = std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
-                          (ta ? ",T" : ",N") + (tb ? "T," : "N,") + scalars;
-  auto e = cache.get(key, [&] {
+  auto e = cache.get(matmul_key(ta, tb, m, n, k, alpha, beta), [&] {
     const auto a32 = matrix(m, k, ta, dt::f32), b32 = matrix(k, n, tb, dt::f32);
     const auto a16 = matrix(m, k, ta, dt::bf16), b16 = matrix(k, n, tb, dt::bf16);
     const auto c32 = matrix(m, n, false, dt::f32);
-    dnnl::primitive_attr attr = dnnl_user_scratchpad_attr();
-    if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
-    if (beta != 0.0) {
-      dnnl::post_ops ops;
-      ops.append_sum(static_cast<float>(beta));
-      attr.set_post_ops(ops);
-    }
+    const dnnl::primitive_attr attr = matmul_attr(alpha, beta);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a16, b16, c32), attr, dnnl_engine());
     return std::make_shared<const Bf16Gemm>(
         Bf16Gemm{pd, dnnl::matmul(pd), dnnl_input_boundary(a32, a16), dnnl_input_boundary(b32, b16),
@@ -175,20 +186,10 @@ void gemm_f32_matmul(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int6
                      double alpha, const Tensor& a, const Tensor& b, double beta, Tensor& c) {
   using dt = dnnl::memory::data_type;
   static PrimitiveCache<std::shared_ptr<const F32Gemm>> cache;
-  char scalars[64];
-  std::snprintf(scalars, sizeof scalars, "%a,%a", alpha, beta);
-  const std::string key = std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
-                          (ta ? ",T" : ",N") + (tb ? "T," : "N,") + scalars;
-  auto e = cache.get(key, [&] {
+  auto e = cache.get(matmul_key(ta, tb, m, n, k, alpha, beta), [&] {
     const auto a32 = matrix(m, k, ta, dt::f32), b32 = matrix(k, n, tb, dt::f32);
     const auto c32 = matrix(m, n, false, dt::f32);
-    dnnl::primitive_attr attr = dnnl_user_scratchpad_attr();
-    if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
-    if (beta != 0.0) {
-      dnnl::post_ops ops;
-      ops.append_sum(static_cast<float>(beta));
-      attr.set_post_ops(ops);
-    }
+    const dnnl::primitive_attr attr = matmul_attr(alpha, beta);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a32, b32, c32), attr, dnnl_engine());
     return std::make_shared<const F32Gemm>(F32Gemm{pd, dnnl::matmul(pd),
                                                    dnnl_input_boundary(a32, a32),
