@@ -56,15 +56,15 @@ class KernelSet {
                                            bool /*blocked_out*/) {
     return maxpool2d_forward(x, g);
   }
+  virtual Tensor image_to_plain(const Tensor& x) {
+    throw InvalidArgument(std::string("the ") + name() + " backend has no blocked images, got " +
+                          x.str());
+  }
   /// Note [ReLU through max pool] (src/cpu/cpu_pool.cpp): the max pool's input gradient with
   /// the ReLU mask of its input applied. The default runs the two ops.
   virtual Tensor maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
                                          const ops::Pool2DGeometry& g) {
     return activation_backward(ops::Activation::kRelu, x, maxpool2d_backward(x, y, dy, g));
-  }
-  virtual Tensor image_to_plain(const Tensor& x) {
-    throw InvalidArgument(std::string("the ") + name() + " backend has no blocked images, got " +
-                          x.str());
   }
 
   virtual Tensor activation_forward(ops::Activation act, const Tensor& x) = 0;
