@@ -35,27 +35,12 @@ struct PoolDims {
   }
 };
 
-/// Offset (within the input plane) of the first maximum of window (oh, ow).
+/// Offset (within the input plane) of the first maximum of window (oh, ow). A plane holds `b`
+/// channels side by side, position p of lane l at p * b + l: b = 1 for plain NCHW, the block
+/// for a blocked image (Note [Blocked images], ops.h).
 template <class T>
-std::int64_t window_argmax(const T* plane, const PoolDims& d, std::int64_t oh, std::int64_t ow) {
-  const std::int64_t h0 = oh * d.g.stride_h - d.g.pad_top, w0 = ow * d.g.stride_w - d.g.pad_left;
-  std::int64_t best = -1;
-  for (std::int64_t i = h0; i < h0 + d.g.k_h; ++i) {
-    if (i < 0 || i >= d.h) continue;
-    for (std::int64_t j = w0; j < w0 + d.g.k_w; ++j) {
-      if (j < 0 || j >= d.w) continue;
-      const std::int64_t at = i * d.w + j;
-      if (best < 0 || plane[at] > plane[best]) best = at;
-    }
-  }
-  return best;  // >= 0: padding < kernel (checked) puts at least one real position in a window
-}
-
-/// window_argmax for lane l of a blocked plane (positions p * b + l): the offset of the first
-/// maximum.
-template <class T>
-std::int64_t blocked_argmax(const T* plane, const PoolDims& d, std::int64_t oh, std::int64_t ow,
-                            std::int64_t b, std::int64_t l) {
+std::int64_t window_argmax(const T* plane, const PoolDims& d, std::int64_t oh, std::int64_t ow,
+                           std::int64_t b = 1, std::int64_t l = 0) {
   const std::int64_t h0 = oh * d.g.stride_h - d.g.pad_top, w0 = ow * d.g.stride_w - d.g.pad_left;
   std::int64_t best = -1;
   for (std::int64_t i = std::max<std::int64_t>(h0, 0); i < std::min(h0 + d.g.k_h, d.h); ++i) {
@@ -64,7 +49,7 @@ std::int64_t blocked_argmax(const T* plane, const PoolDims& d, std::int64_t oh, 
       if (best < 0 || plane[at] > plane[best]) best = at;
     }
   }
-  return best;
+  return best;  // >= 0: padding < kernel (checked) puts at least one real position in a window
 }
 
 /// The 2x2 / stride-2 / unpadded case. Windows tile the input without overlap (an odd last row
@@ -156,7 +141,7 @@ MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restri
   for (std::int64_t oh = 0; oh < d.oh; ++oh) {
     for (std::int64_t ow = 0; ow < d.ow; ++ow) {
       for (std::int64_t l = 0; l < b; ++l) {
-        const std::int64_t best = blocked_argmax(plane, d, oh, ow, b, l);
+        const std::int64_t best = window_argmax(plane, d, oh, ow, b, l);
         out[(oh * d.ow + ow) * b + l] = plane[best];
       }
     }
@@ -204,7 +189,7 @@ MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* _
   for (std::int64_t oh = 0; oh < d.oh; ++oh) {
     for (std::int64_t ow = 0; ow < d.ow; ++ow) {
       for (std::int64_t l = 0; l < b; ++l) {
-        const std::int64_t best = blocked_argmax(plane, d, oh, ow, b, l);
+        const std::int64_t best = window_argmax(plane, d, oh, ow, b, l);
         if (!relu || plane[best] > T(0)) out[best] += grad[(oh * d.ow + ow) * b + l];
       }
     }
