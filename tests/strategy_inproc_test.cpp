@@ -361,5 +361,26 @@ TEST(StrategyInproc, BadArgumentsAreRejected) {
   EXPECT_THROW(s.model(2), InvalidArgument);
 }
 
+TEST(StrategyInproc, AMarkedGradientBackwardNeverWroteIsAnErrorNamingIt) {
+  // Note [First gradient write]: a gradient is marked instead of zeroed only when its layer's
+  // backward overwrites it. A mark left after backward (here on a convolution kernel, whose
+  // backward only adds) would leave last step's values in the gradient: the step refuses.
+  const dist::ModelFactory marked = [](Device d) {
+    nn::Sequential m = small_model(ModelKind::kCnn, d, 100);
+    m.parameters()[0]->overwrites_grad = true;
+    return m;
+  };
+  MirroredStrategy s({Device::cpu(0)}, marked, adam, options_with());
+  const data::Batch g = global_batch(ModelKind::kCnn, 0, 6, 6);
+  auto batches = batches_for(s, g, 6);
+  const std::string name = s.model(0).parameters()[0]->name;
+  try {
+    s.train_step(batches, 0.01);
+    FAIL() << "a step with an unwritten marked gradient succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace mirror::testing
