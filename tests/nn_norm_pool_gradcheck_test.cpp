@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "gradcheck.h"
 #include "mirror/nn/cnn_layers.h"
+#include "mirror/ops.h"
 
 namespace mirror::nn {
 namespace {
@@ -257,6 +260,27 @@ TEST(Gelu, ExactFormAndGradient) {
   EXPECT_NEAR(y[1], -0.15865525393145707, 1e-15);
   EXPECT_EQ(gelu->config()["activation"], "gelu");
   expect_ok(check_layer(*gelu, random_tensor({3, 5}, 9, -3, 3), ctx), 1);
+}
+
+TEST(Gelu, Float32KeepsItsDigitsInTheLeftTail) {
+  // x Phi(x) with Phi from 1 + erf cancels to ~1e-3 relative error by x = -4 in float32; the
+  // float kernels (CPU and CUDA share the formula) must stay within a few ulp of float64.
+  std::vector<float> xs;
+  for (float x = -7.0f; x <= 1.0f; x += 0.25f) xs.push_back(x);
+  const auto n = static_cast<std::int64_t>(xs.size());
+  const Tensor x = Tensor::from_vector(xs, {n});
+  const auto y = ops::gelu_forward(x).to_vector<float>();
+  const auto dx =
+      ops::gelu_backward(x, Tensor::from_vector(std::vector<float>(xs.size(), 1.0f), {n}))
+          .to_vector<float>();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    EXPECT_NEAR(y[i], v * cdf, 1e-5 * std::abs(v * cdf) + 1e-30) << "gelu(" << v << ")";
+    // Relative to the terms: the two cancel near x = -0.75, where gelu' crosses zero.
+    EXPECT_NEAR(dx[i], cdf + v * pdf, 1e-5 * (cdf + std::abs(v * pdf)))
+        << "gelu'(" << v << ")";
+  }
 }
 
 TEST(Conv2DNoBias, HasOnlyAKernelAndMatchesFiniteDifferences) {
