@@ -76,7 +76,9 @@ TEST_F(CudaOps, GemmAllTransposes) {
 }
 
 TEST_F(CudaOps, BiasAddAndGrad) {
-  for (const Shape& shape : {Shape{8, 13}, Shape{4, 6, 5, 7}}) {
+  // The larger shapes split each channel over slices (Note [Channel reductions]).
+  for (const Shape& shape :
+       {Shape{8, 13}, Shape{4, 6, 5, 7}, Shape{64, 1024}, Shape{64, 32, 28, 28}}) {
     Tensor y = random_tensor(shape, 40);
     Tensor yg = y.to(gpu());
     const Tensor bias = random_tensor({shape[1]}, 41);
@@ -118,9 +120,12 @@ TEST_F(CudaOps, Conv2dSymmetricPadding) {
 }
 
 TEST_F(CudaOps, Conv2dAsymmetricSamePaddingStride2) {
-  const auto g = ops::Conv2DGeometry::same(10, 9, 4, 3, 2, 2);  // extra row/col bottom/right
-  ASSERT_TRUE(g.pad_top != g.pad_bottom || g.pad_left != g.pad_right);
-  check_conv({3, 2, 10, 9}, {5, 2, 4, 3}, g, true, "same 4x3 stride 2");
+  // TensorFlow's "same" puts the odd row/column of padding at the bottom/right: 10 rows, 3x4
+  // kernel, stride 2 pad 0 top / 1 bottom, and 9 columns pad 1 left / 2 right.
+  const auto g = ops::Conv2DGeometry::same(10, 9, 3, 4, 2, 2);
+  ASSERT_EQ(g.pad_top + 1, g.pad_bottom);
+  ASSERT_EQ(g.pad_left + 1, g.pad_right);
+  check_conv({3, 2, 10, 9}, {5, 2, 3, 4}, g, true, "same 3x4 stride 2");
 }
 
 TEST_F(CudaOps, Conv2dValidNoBias) {
