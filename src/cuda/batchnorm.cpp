@@ -1,7 +1,9 @@
 // CudaKernels' BatchNormalization device path (Note [Device batch norm] in mirror/ops.h): every
 // step is enqueued on the compute stream, nothing is read back, so a replica's host thread never
-// waits inside a BN layer. Kernels: batchnorm.cu and norm.cu's channel_sums / channel_affine.
+// waits inside a BN layer. Kernels: batchnorm.cu, channel_reduce.cu's channel_sums and norm.cu's
+// channel_affine.
 #include "cuda/batchnorm_kernels.h"
+#include "cuda/channel_reduce.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/norm_kernels.h"
 
@@ -55,7 +57,10 @@ Tensor CudaKernels::batchnorm_gradient_sums(const Tensor& dy, const Tensor& x, c
   OpScope op(x);
   const char* name = "batchnorm_gradient_sums";
   Tensor raw = doubles(2 * v.channels, x.device());
-  cuda::channel_sums(f32(dy, name), f32(x, name), raw.data<double>(), v, op.stream());
+  const ChannelSplit split = channel_split(v);
+  Tensor partial = doubles(split.partials(v.channels), x.device());
+  cuda::channel_sums(f32(dy, name), f32(x, name), partial.data<double>(), raw.data<double>(), v,
+                     split, op.stream());
   Tensor sums = doubles(2 * v.channels, x.device());
   bn_gradient_sums(raw.data<double>(), saved.data<double>(),
                    gamma_grad.defined() ? f32(gamma_grad, name) : nullptr,

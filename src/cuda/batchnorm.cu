@@ -1,7 +1,8 @@
 // The kernels of BatchNormalization's device path (Note [Device batch norm] in mirror/ops.h):
-// masked statistics, and the per-channel coefficient steps between the existing channel_sums and
-// channel_affine kernels (norm.cu). Per-channel arithmetic from src/math/batchnorm.h (Note
-// [Shared math]); reductions in double with a fixed tree (deterministic).
+// masked statistics, and the per-channel coefficient steps between the existing channel_sums
+// (channel_reduce.cu) and channel_affine (norm.cu) kernels. Per-channel arithmetic from
+// src/math/batchnorm.h (Note [Shared math]); reductions in double with a fixed tree
+// (deterministic).
 #include <cstdint>
 
 #include "cuda/batchnorm_kernels.h"

@@ -20,6 +20,7 @@
 // (cpu_dense.cpp); tests/gpu/cuda_ops_test.cpp compares the two for all four flag pairs.
 #include <string>
 
+#include "cuda/channel_reduce.h"
 #include "cuda/check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
@@ -83,8 +84,10 @@ void CudaKernels::bias_grad(const Tensor& dy, Tensor& dbias) {
   OpScope op(dbias);
   const std::int64_t outer = dy.dim(0), channels = dy.dim(1);
   if (outer == 0 || channels == 0) return;
-  const std::int64_t inner = dy.numel() / (outer * channels);
-  cuda::bias_grad(f32(dy, "bias_grad"), f32(dbias, "bias_grad"), outer, channels, inner,
+  const ops::ChannelView v{outer, channels, dy.numel() / (outer * channels)};
+  const ChannelSplit split = channel_split(v);
+  Tensor partial = Tensor::empty({split.partials(channels)}, DType::kFloat64, dbias.device());
+  cuda::bias_grad(f32(dy, "bias_grad"), f32(dbias, "bias_grad"), partial.data<double>(), v, split,
                   op.stream());
 }
 

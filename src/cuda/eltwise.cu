@@ -118,24 +118,6 @@ __global__ void bias_add_kernel(float* y, const float* bias, std::int64_t n, std
   MIRROR_GRID_LOOP(i, n) y[i] += bias[(i / inner) % channels];
 }
 
-__global__ void bias_grad_kernel(const float* dy, float* dbias, std::int64_t outer,
-                                 std::int64_t channels, std::int64_t inner) {
-  __shared__ double sums[kThreads];
-  const std::int64_t c = blockIdx.x, count = outer * inner;
-  double s = 0;
-  for (std::int64_t k = threadIdx.x; k < count; k += kThreads) {
-    const std::int64_t o = k / inner, i = k % inner;
-    s += dy[(o * channels + c) * inner + i];
-  }
-  sums[threadIdx.x] = s;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) sums[threadIdx.x] += sums[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) dbias[c] += static_cast<float>(sums[0]);
-}
-
 __global__ void sgd_kernel(float* p, const float* g, float* buf, std::int64_t n, float lr,
                            float momentum, bool nesterov, float weight_decay) {
   MIRROR_GRID_LOOP(i, n) {
@@ -252,14 +234,6 @@ void bias_add(float* y, const float* bias, std::int64_t outer, std::int64_t chan
               std::int64_t inner, cudaStream_t s) {
   const std::int64_t n = outer * channels * inner;
   MIRROR_LAUNCH(bias_add_kernel, n, s, y, bias, n, channels, inner);
-}
-
-void bias_grad(const float* dy, float* dbias, std::int64_t outer, std::int64_t channels,
-               std::int64_t inner, cudaStream_t s) {
-  if (channels == 0) return;
-  bias_grad_kernel<<<static_cast<unsigned>(channels), kThreads, 0, s>>>(dy, dbias, outer, channels,
-                                                                        inner);
-  MIRROR_CUDA_CHECK_LAUNCH("bias_grad_kernel");
 }
 
 void sgd_update(float* p, const float* g, float* buf, std::int64_t n, float lr, float momentum,

@@ -45,9 +45,6 @@ void cast(DType from, DType to, const void* src, void* dst, std::int64_t n, cuda
 /// y[o, c, i] += bias[c] for y viewed as [outer, channels, inner].
 void bias_add(float* y, const float* bias, std::int64_t outer, std::int64_t channels,
               std::int64_t inner, cudaStream_t s);
-/// dbias[c] += sum over o, i of dy[o, c, i]; one block per channel, fixed reduction order.
-void bias_grad(const float* dy, float* dbias, std::int64_t outer, std::int64_t channels,
-               std::int64_t inner, cudaStream_t s);
 void sgd_update(float* p, const float* g, float* buf, std::int64_t n, float lr, float momentum,
                 bool nesterov, float weight_decay, cudaStream_t s);
 void adam_update(float* p, const float* g, float* m, float* v, std::int64_t n,

@@ -3,6 +3,7 @@
 // one download (the layers combine them on the host, Note [Channel view] in ops.h).
 #include <vector>
 
+#include "cuda/channel_reduce.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/norm_kernels.h"
 
@@ -11,9 +12,11 @@ namespace mirror::cuda {
 std::vector<double> CudaKernels::channel_sums(const Tensor& a, const Tensor& b,
                                               const ops::ChannelView& v) {
   OpScope op(a);
+  const ChannelSplit split = channel_split(v);
   Tensor sums = Tensor::empty({2 * v.channels}, DType::kFloat64, a.device());
-  cuda::channel_sums(f32(a, "channel_sums"), f32(b, "channel_sums"), sums.data<double>(), v,
-                     op.stream());
+  Tensor partial = Tensor::empty({split.partials(v.channels)}, DType::kFloat64, a.device());
+  cuda::channel_sums(f32(a, "channel_sums"), f32(b, "channel_sums"), partial.data<double>(),
+                     sums.data<double>(), v, split, op.stream());
   std::vector<double> host(static_cast<std::size_t>(2 * v.channels));
   op.ctx().download(host.data(), sums.raw_data(), host.size() * sizeof(double));
   return host;

@@ -1,4 +1,5 @@
-// The kernels behind BatchNormalization / LayerNormalization (per-channel sums and affine maps),
+// The kernels behind BatchNormalization / LayerNormalization (per-channel affine maps; the sums
+// are in channel_reduce.cu),
 // average pooling, strided block copies (concatenate, split, pad, crop) and GELU. Per-element
 // math comes from src/math (Note [Shared math]).
 #include <cstdint>
@@ -9,22 +10,6 @@
 
 namespace mirror::cuda {
 namespace {
-
-__global__ void channel_sums_kernel(const float* a, const float* b, double* sums,
-                                    std::int64_t outer, std::int64_t channels, std::int64_t inner) {
-  const std::int64_t c = blockIdx.x, count = outer * inner;
-  double x1 = 0, x2 = 0;
-  for (std::int64_t k = threadIdx.x; k < count; k += kThreads) {
-    const std::int64_t at = ((k / inner) * channels + c) * inner + k % inner;
-    x1 += a[at];
-    x2 += static_cast<double>(a[at]) * b[at];
-  }
-  block_sum2(x1, x2);
-  if (threadIdx.x == 0) {
-    sums[c] = x1;
-    sums[channels + c] = x2;
-  }
-}
 
 __global__ void channel_affine_kernel(const float* a, const float* b, const double* coef, float* y,
                                       std::int64_t n, std::int64_t channels, std::int64_t inner) {
@@ -116,13 +101,6 @@ AvgArgs avg_args(int h, int w, int oh, int ow, const ops::Pool2DGeometry& g) {
 }
 
 }  // namespace
-
-void channel_sums(const float* a, const float* b, double* sums, const ops::ChannelView& v,
-                  cudaStream_t s) {
-  channel_sums_kernel<<<static_cast<unsigned>(v.channels), kThreads, 0, s>>>(a, b, sums, v.outer,
-                                                                             v.channels, v.inner);
-  MIRROR_CUDA_CHECK_LAUNCH("channel_sums_kernel");
-}
 
 void channel_affine(const float* a, const float* b, const double* coef, float* y,
                     const ops::ChannelView& v, cudaStream_t s) {

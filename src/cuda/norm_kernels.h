@@ -10,10 +10,6 @@
 
 namespace mirror::cuda {
 
-/// sums[c] = sum a[o, c, i], sums[C + c] = sum a * b, in double; one block per channel with a
-/// fixed reduction tree (deterministic).
-void channel_sums(const float* a, const float* b, double* sums, const ops::ChannelView& v,
-                  cudaStream_t s);
 /// y = ka[c] (a - ca[c]) + kb[c] (b - cb[c]) + k0[c]; `coef` holds ka, ca, k0, kb, cb (C each;
 /// kb and cb only when `b` is not null).
 void channel_affine(const float* a, const float* b, const double* coef, float* y,

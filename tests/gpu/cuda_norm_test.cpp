@@ -3,13 +3,15 @@
 // the CPU backend. Tolerances, and why:
 //   exact (0)     copies (concatenate, split, pad, crop) and channel_affine (+,-,* in float with
 //                 --fmad=false, the CPU loop's order)
-//   rtol 1e-12    channel_sums (double accumulation, a different grouping)
+//   rtol 1e-12    channel_sums (double accumulation, a different grouping: slices of rows,
+//                 Note [Channel reductions] in src/cuda/channel_reduce.cu)
 //   rtol 1e-6     average pooling (double sums, one float rounding each side; the backward
-//                 divides per window in float), GELU (CUDA's erff vs glibc: a few ulp)
+//                 divides per window in float), GELU (CUDA's erfcf vs glibc's: a few ulp)
 //   rtol 1e-4     whole layers and the ResNet spec (cuDNN convolutions, summation orders)
 // Without a usable GPU every test skips with discover_gpus()'s reason.
 #include <gtest/gtest.h>
 
+#include "cuda/channel_reduce.h"
 #include "gpu/gpu_test_util.h"
 #include "mirror/nn/cnn_layers.h"
 #include "mirror/nn/models.h"
@@ -42,6 +44,45 @@ TEST_F(CudaNorm, ChannelSumsAndAffineMatchTheCpu) {
   const ops::ChannelAffine only_a{.ka = {1, 2, 3, 4, 5}, .ca = {1, 1, 1, 1, 1}};
   expect_equal(ops::channel_affine(a.to(gpu()), {}, only_a, v),
                ops::channel_affine(a, {}, only_a, v), "channel_affine without b");
+}
+
+// Host arithmetic only: runs in every CUDA build, with or without a GPU.
+TEST(ChannelSplit, CoversEveryRowOnceWithEnoughWorkPerSlice) {
+  for (const ops::ChannelView v : {ops::ChannelView{64, 16, 784}, ops::ChannelView{64, 1024, 1},
+                                   ops::ChannelView{5, 3, 1000}, ops::ChannelView{1000, 4, 3},
+                                   ops::ChannelView{1, 8, 100}, ops::ChannelView{100000, 1, 1}}) {
+    const cuda::ChannelSplit s = cuda::channel_split(v);
+    const std::string what = std::to_string(v.outer) + "x" + std::to_string(v.channels) + "x" +
+                             std::to_string(v.inner);
+    ASSERT_GE(s.splits, 1) << what;
+    EXPECT_GE(s.splits * s.per_split, v.outer) << what << ": rows left out";
+    EXPECT_LT((s.splits - 1) * s.per_split, v.outer) << what << ": an empty slice";
+    EXPECT_LE(s.splits * v.channels, 2048) << what << ": far more blocks than asked for";
+    if (s.splits > 1) {
+      EXPECT_GE(s.per_split * v.inner * 2, 4 * 256) << what << ": slices too thin";
+    }
+  }
+  // The ResNet's BatchNorm at batch 64 on 28x28: many slices, not one block per channel.
+  EXPECT_GE(cuda::channel_split({64, 16, 784}).splits, 16);
+}
+
+TEST_F(CudaNorm, ChannelSumsSplitOverSlicesMatchTheCpu) {
+  // Shapes that give several slices per channel, a short last slice, an inner extent below and
+  // above the block's 256 threads, and a single row.
+  for (const Shape& shape : {Shape{64, 16, 784}, Shape{5, 3, 1000}, Shape{1000, 4, 3},
+                             Shape{7, 2, 300}, Shape{1, 8, 100}}) {
+    const ops::ChannelView v{shape[0], shape[1], shape[2]};
+    const Tensor a = random_tensor(shape, 11), b = random_tensor(shape, 12);
+    const auto cpu = ops::channel_sums(a, b, v);
+    const auto gpu_sums = ops::channel_sums(a.to(gpu()), b.to(gpu()), v);
+    ASSERT_EQ(cpu.size(), gpu_sums.size());
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_NEAR(gpu_sums[i], cpu[i], 1e-12 * static_cast<double>(shape[0] * shape[2]))
+          << shape_str(shape) << " sum " << i;
+    }
+    // Same inputs, same bits: the grouping depends on the shape only.
+    EXPECT_EQ(ops::channel_sums(a.to(gpu()), b.to(gpu()), v), gpu_sums) << shape_str(shape);
+  }
 }
 
 TEST_F(CudaNorm, AveragePoolingMatchesTheCpu) {

@@ -1,0 +1,30 @@
+// defines: per-channel sums over a tensor viewed as [outer, channels, inner], split over many
+// blocks (Note [Channel reductions]): BatchNorm/LayerNorm statistics (channel_sums) and bias
+// gradients (bias_grad). Raw device pointers, enqueued on `s`, launches checked, never
+// synchronising.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "mirror/ops.h"
+
+namespace mirror::cuda {
+
+/// How each channel's outer range is cut: `splits` blocks of `per_split` outer rows (the last
+/// may hold fewer). The caller provides partials(channels) doubles of device scratch.
+struct ChannelSplit {
+  std::int64_t splits = 1, per_split = 1;
+  std::int64_t partials(std::int64_t channels) const { return 2 * splits * channels; }
+};
+ChannelSplit channel_split(const ops::ChannelView& v);
+
+/// sums[c] = sum of a[o, c, i], sums[C + c] = sum of a * b, in double; b may equal a.
+void channel_sums(const float* a, const float* b, double* partial, double* sums,
+                  const ops::ChannelView& v, const ChannelSplit& split, cudaStream_t s);
+/// dbias[c] += sum of dy[o, c, i] (summed in double, rounded once).
+void bias_grad(const float* dy, float* dbias, double* partial, const ops::ChannelView& v,
+               const ChannelSplit& split, cudaStream_t s);
+
+}  // namespace mirror::cuda
