@@ -181,6 +181,10 @@ sanitizer="$(command -v compute-sanitizer || true)"
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [ -z "$sanitizer" ] && [ -x "$c" ] && sanitizer="$c"
 done
+ncu="$(command -v ncu || true)"
+for c in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+  [ -z "$ncu" ] && [ -x "$c" ] && ncu="$c"
+done
 torch_why=""
 if [ -z "$python" ]; then
   torch_why="no python3"
@@ -205,21 +209,26 @@ publish() {
   cp "$summary" "$out/summary.txt"
   for f in "$logs"/*.log; do echo "==================== $(basename "$f")"; cat "$f"; done >"$out/all.log" 2>/dev/null
 }
+# GPU_CHECK_ONLY: an extended regular expression; only steps whose names match it run (a rerun
+# of what a fix touched, inside a short lease).
+selected() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ "$1" =~ ^(${GPU_CHECK_ONLY})$ ]]; }
 # Seconds a step may take: its own limit, cut to what is left of the budget.
 capped() {
   local left=$((budget - (SECONDS - start_s)))
   echo $(($1 < left ? $1 : left))
 }
-# step NAME NEEDS TIMEOUT CMD...: NEEDS is a space-separated list of gpu, sanitizer, torch.
+# step NAME NEEDS TIMEOUT CMD...: NEEDS is a space-separated list of gpu, sanitizer, ncu, torch.
 step() {
   local name="$1" needs="$2" limit="$3" need rc t0
   shift 3
   n=$((n + 1))
   local log="$logs/$(printf '%02d' "$n")-$name.log"
+  if ! selected "$name"; then mark "$name" SKIP "not selected (GPU_CHECK_ONLY)"; return 0; fi
   for need in $needs; do
     case "$need" in
       gpu) ((gpu)) || { mark "$name" SKIP "needs a GPU: none usable here (why: the GPU line above)"; return 0; } ;;
       sanitizer) [ -n "$sanitizer" ] || { mark "$name" SKIP "compute-sanitizer not found"; return 0; } ;;
+      ncu) [ -n "$ncu" ] || { mark "$name" SKIP "Nsight Compute (ncu) not found"; return 0; } ;;
       torch) [ -z "$torch_why" ] || { mark "$name" SKIP "$torch_why"; return 0; } ;;
     esac
   done
@@ -286,7 +295,7 @@ if [ -n "$too_old" ]; then
 fi
 
 say "GPU: $([ "$gpu" = 1 ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || echo "none usable: $gpu_why")"
-say "compute-sanitizer: ${sanitizer:-not found}; torch: ${torch_why:-$torch_cuda}"
+say "compute-sanitizer: ${sanitizer:-not found}; ncu: ${ncu:-not found}; torch: ${torch_why:-$torch_cuda}"
 say "$(grep -E '^SONAMEs' "$kit/BUILD_INFO.txt")"
 [ -z "$missing_cuda" ] || say "MISSING CUDA-side libraries on this machine:$missing_cuda (the GPU binaries cannot load)"
 say ""
@@ -310,7 +319,7 @@ gpu_tests_log="$logs/gpu-tests.log"
 : >"$gpu_tests_log"
 t_pass=0 t_skip=0 t_fail=0 t_bin_fail=0
 for t in "$kit"/tests/*; do
-  [ -x "$t" ] || continue
+  [ -x "$t" ] && selected gpu-tests || continue
   tl="$logs/gpu-test-$(basename "$t").log"
   lim="$(capped 240)"
   timeout --kill-after=10 "$((lim < 15 ? 15 : lim))" "$t" >"$tl" 2>&1
@@ -326,7 +335,9 @@ for t in "$kit"/tests/*; do
   fi
 done
 tests_detail="$t_pass passed, $t_skip skipped, $t_fail failed test cases; $t_bin_fail binaries exited non-zero"
-if ((t_fail || t_bin_fail)); then
+if ! selected gpu-tests; then
+  mark gpu-tests SKIP "not selected (GPU_CHECK_ONLY)"
+elif ((t_fail || t_bin_fail)); then
   mark gpu-tests FAIL "$tests_detail (gpu-test-*.log)"
 elif ((t_pass == 0)); then
   mark gpu-tests SKIP "$tests_detail: $(grep -m1 -o 'no usable GPU.*' "$gpu_tests_log" || echo "$gpu_why")"
@@ -415,36 +426,72 @@ step bench-train-gpu-cnn gpu 150 mirror-bench train --model cnn "${bench_common[
 step bench-train-gpu-gru gpu 150 mirror-bench train --model gru-rows "${bench_common[@]}" --json "$logs/bench-gru.json"
 step bench-train-gpu-resnet gpu 150 mirror-bench train --model resnet "${bench_common[@]}" --json "$logs/bench-resnet.json"
 step bench-train-gpu-cnn-bf16 gpu 150 mirror-bench train --model cnn --precision mixed_bfloat16 "${bench_common[@]}" --json "$logs/bench-cnn-bf16.json"
-torch_log=""
+step bench-train-gpu-resnet-bf16 gpu 150 mirror-bench train --model resnet --precision mixed_bfloat16 "${bench_common[@]}" --json "$logs/bench-resnet-bf16.json"
+torch_logs=()
 # PyTorch runs in the machine's own environment, not the kit's library path.
 step torch-step-gpu "gpu torch" 180 env PATH="$orig_path" LD_LIBRARY_PATH="$orig_ld" \
-  "$python" "$kit/bench/step_torch.py" --device cuda --model cnn,gru-rows --batch 64 --steps 30 --warmup 5 --threads 4
-[ "${step_status[torch-step-gpu]}" = PASS ] && torch_log="$last_log"
+  "$python" "$kit/bench/step_torch.py" --device cuda --model cnn,gru-rows,resnet --batch 64 --steps 30 --warmup 5 --threads 4
+[ "${step_status[torch-step-gpu]}" = PASS ] && torch_logs+=("$last_log")
+step torch-step-gpu-bf16 "gpu torch" 180 env PATH="$orig_path" LD_LIBRARY_PATH="$orig_ld" \
+  "$python" "$kit/bench/step_torch.py" --device cuda --model cnn,resnet --precision mixed_bfloat16 --batch 64 --steps 30 --warmup 5 --threads 4
+[ "${step_status[torch-step-gpu-bf16]}" = PASS ] && torch_logs+=("$last_log")
+# Where the GPU step's time goes: every kernel's duration (Nsight Compute, one metric, clocks
+# left alone) over one step (about 0.2 s of profiling per launch: the ResNet's 3 steps outran
+# 150 s), summed by kernel against the step's wall time
+# (scripts/gpu_kernel_times.py).
+cat >"$work/profile_step.sh" <<'PROFILE'
+# profile_step.sh NCU PYTHON KIT CSV BENCH_JSON mirror-bench-train-args...
+ncu="$1" python="$2" kit="$3" csv="$4" json="$5"
+shift 5
+"$ncu" --csv --metrics gpu__time_duration.sum --print-units base --clock-control none \
+  --log-file "$csv" mirror-bench train "$@" --devices gpu --replicas 1 --steps 1 --warmup 0 \
+  --rounds 1 --batch-per-replica 64 --threads 4 >/dev/null || exit
+step_ms="$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["step_ms"])' "$json" 2>/dev/null)"
+"$python" "$kit/scripts/gpu_kernel_times.py" "$csv" --steps 1 ${step_ms:+--step-ms "$step_ms"}
+PROFILE
+profile=(bash "$work/profile_step.sh" "$ncu" "$python" "$kit")
+profile_logs=()
+step profile-gpu-resnet "gpu ncu" 150 "${profile[@]}" "$logs/ncu-resnet.csv" "$logs/bench-resnet.json" --model resnet
+[ "${step_status[profile-gpu-resnet]}" = PASS ] && profile_logs+=("$last_log")
+step profile-gpu-cnn-bf16 "gpu ncu" 150 "${profile[@]}" "$logs/ncu-cnn-bf16.csv" "$logs/bench-cnn-bf16.json" \
+  --model cnn --precision mixed_bfloat16
+[ "${step_status[profile-gpu-cnn-bf16]}" = PASS ] && profile_logs+=("$last_log")
 san_args=(--tool memcheck --error-exitcode 9 --print-limit 50)
 small_train=(--devices gpu --require-gpu --data synthetic --train-limit 128 --test-limit 32 --batch-size 16 --max-steps 2 --no-progress)
 step memcheck-train-gru-rows "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model gru-rows "${small_train[@]}"
 step memcheck-train-cnn "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model cnn "${small_train[@]}"
 
 # ---------------------------------------------------------------- side by side
-if [ "${step_status[bench-train-gpu-cnn]}" = PASS ] || [ -n "$torch_log" ]; then
+if [ "${step_status[bench-train-gpu-cnn]}" = PASS ] || ((${#torch_logs[@]})); then
   say ""
-  say "one training step on this GPU, batch 64 (median ms; Mirror: mirror-bench train --devices gpu --replicas 1; PyTorch: bench/step_torch.py --device cuda):"
-  "$python" - "$logs/bench-cnn.json" "$logs/bench-gru.json" "${torch_log:-/dev/null}" <<'PY' | tee -a "$summary"
-import json, re, sys
-def mirror(path):
-    try: return json.load(open(path))[0]["step_ms"]
+  say "one training step on this GPU, batch 64 (median ms; Mirror: mirror-bench train --devices gpu --replicas 1; PyTorch: bench/step_torch.py --device cuda, autocast for mixed_bfloat16):"
+  "$python" - "$logs" "${torch_logs[@]}" <<'PY' | tee -a "$summary"
+import json, os, re, sys
+logs = sys.argv[1]
+def mirror(name):
+    try: return json.load(open(os.path.join(logs, f"bench-{name}.json")))[0]["step_ms"]
     except Exception: return None
 torch = {}
-for line in open(sys.argv[3]):
-    m = re.match(r"torch (\S+) .*median ([0-9.]+) ms/step", line)
-    if m: torch[m.group(1)] = float(m.group(2))
-for label, mj, tk in (("cnn", sys.argv[1], "cnn"), ("gru-rows", sys.argv[2], "gru-rows")):
-    m, t = mirror(mj), torch.get(tk)
-    fmt = lambda v: f"{v:8.3f}" if v is not None else "       -"
+for path in sys.argv[2:]:
+    for line in open(path):
+        m = re.match(r"torch (\S+) (\S+) .*median ([0-9.]+) ms/step", line)
+        if m: torch[(m.group(1), m.group(2))] = float(m.group(3))
+rows = (("cnn", "cnn", "cnn", "float32"), ("gru-rows", "gru", "gru-rows", "float32"),
+        ("resnet", "resnet", "resnet", "float32"),
+        ("cnn bf16", "cnn-bf16", "cnn", "mixed_bfloat16"),
+        ("resnet bf16", "resnet-bf16", "resnet", "mixed_bfloat16"))
+fmt = lambda v: f"{v:8.3f}" if v is not None else "       -"
+for label, bench, model, precision in rows:
+    m, t = mirror(bench), torch.get((model, precision))
     ratio = f"{m / t:6.2f}" if m and t else "     -"
-    print(f"  {label:9s} Mirror {fmt(m)}  PyTorch {fmt(t)}  ratio {ratio}")
+    print(f"  {label:12s} Mirror {fmt(m)}  PyTorch {fmt(t)}  ratio {ratio}")
 PY
 fi
+for f in "${profile_logs[@]}"; do
+  say ""
+  say "kernel time by kernel, $(basename "$f" .log | sed 's/^[0-9]*-//') (ncu gpu__time_duration; scripts/gpu_kernel_times.py):"
+  grep -v -E '^\$ |^\[exit ' "$f" | tee -a "$summary"
+done
 if [ "${step_status[nccl-allreduce-1rank]}" = PASS ]; then
   say ""
   say "NCCL all-reduce, 1 rank (first and last rows):"

@@ -145,6 +145,7 @@ for t in "${gpu_tests[@]}"; do carry "$build/tests/$t" "$tree/tests/$t"; done
 carry "$root/launch/mirrorrun" "$tree/launch/mirrorrun"
 carry "$root/bench/step_torch.py" "$tree/bench/step_torch.py"
 carry "$root/scripts/gpu_check.sh" "$tree/scripts/gpu_check.sh"
+carry "$root/scripts/gpu_kernel_times.py" "$tree/scripts/gpu_kernel_times.py"
 
 # ---- Open MPI, relocatable through OPAL_PREFIX (Debian's layout under ompi/)
 mpirun_path="$(command -v mpirun || true)"

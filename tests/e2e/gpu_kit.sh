@@ -10,7 +10,9 @@
 # come from torch-2.11.0.METADATA (the Requires-Dist of torch 2.11.0's PyPI metadata) and must
 # match what the build compiled against, in BUILD_INFO.txt; gpu_kit_pins.py's errors are
 # checked on small made-up inputs; gpu_check.sh must print built-against vs loaded versions
-# first and stop (exit 3) when a loaded library is older than the kit's.
+# first and stop (exit 3) when a loaded library is older than the kit's. GPU_CHECK_ONLY must run
+# only the selected steps, and scripts/gpu_kernel_times.py must sum rows of a real ncu log
+# (ncu-kernel-times.csv) per kernel.
 # Usage: gpu_kit.sh BUILD_DIR (exit 77 = skipped: the build has no CUDA backend).
 set -euo pipefail
 build="$(realpath "${1:?usage: gpu_kit.sh BUILD_DIR}")"
@@ -159,8 +161,9 @@ if grep -q '^GPU: none usable' "$summary"; then
   grep -q "^PASS  gpu-flags-refused " "$summary" || fail "the GPU flags did not fail cleanly without a GPU"
   for s in gpu-one-step gpu-train-cnn gpu-train-gru-rows share-mpi-resnet-syncbn \
            share-mpi-cnn-bf16-wire share-mpi-peer-killed nccl-allreduce-1rank bench-train-gpu-cnn \
-           bench-train-gpu-gru bench-train-gpu-resnet memcheck-train-gru-rows memcheck-train-cnn \
-           torch-step-gpu; do
+           bench-train-gpu-gru bench-train-gpu-resnet bench-train-gpu-resnet-bf16 \
+           memcheck-train-gru-rows memcheck-train-cnn torch-step-gpu torch-step-gpu-bf16 \
+           profile-gpu-resnet profile-gpu-cnn-bf16; do
     grep -q -E "^SKIP  $s +needs a GPU" "$summary" || fail "step $s: $(grep " $s " "$summary")"
   done
 fi
@@ -175,6 +178,22 @@ grep -q "^OPAL_PREFIX=/tmp/mirror-gpukit\.[^/]*/mirror-kit/ompi$" "$work/out/all
 if grep -n -E "couldn't open the help file|unable to open mca_|component .* not found" "$work/out/all.log"; then
   fail "Open MPI or PMIx looked for files outside the kit (above)"
 fi
+# ---- GPU_CHECK_ONLY runs the selected steps and reports the others as not selected
+GPU_CHECK_ONLY='doctor|gpu-tests' bash "$work/kit/gpu_check.sh" "$work/out-only" >"$work/only.log" 2>&1 ||
+  fail "gpu_check.sh with GPU_CHECK_ONLY failed: $(tail -5 "$work/only.log")"
+grep -q "^PASS  doctor " "$work/out-only/summary.txt" || fail "GPU_CHECK_ONLY: doctor did not run"
+grep -q -E "^SKIP  cpu-train-cnn +not selected \(GPU_CHECK_ONLY\)" "$work/out-only/summary.txt" ||
+  fail "GPU_CHECK_ONLY: cpu-train-cnn: $(grep ' cpu-train-cnn ' "$work/out-only/summary.txt")"
+grep -q -E "^(PASS|SKIP)  gpu-tests +[0-9]+ passed" "$work/out-only/summary.txt" ||
+  fail "GPU_CHECK_ONLY: the gpu tests did not run: $(grep ' gpu-tests ' "$work/out-only/summary.txt")"
+# ---- the kernel-time summary of the profile steps, on rows of a real ncu log (H200, 2026-11-27)
+times="$(python3 "$root/scripts/gpu_kernel_times.py" "$root/tests/e2e/ncu-kernel-times.csv" --steps 1 --step-ms 0.5)" ||
+  fail "gpu_kernel_times.py failed on tests/e2e/ncu-kernel-times.csv"
+grep -q "^12 kernel launches over 1 steps .*: 12 launches and 0.086 ms of kernel time per step$" <<<"$times" &&
+  grep -q "^step wall time 0.500 ms: kernels fill 17 % of it$" <<<"$times" &&
+  grep -q -E "^bias_add_kernel +2 +0\.0183 +21\.4%$" <<<"$times" &&
+  grep -q -E "^nchwToNhwcKernel +2 +0\.0080 " <<<"$times" ||
+  fail "gpu_kernel_times.py summary: $times"
 # ---- a machine that loads an older cuDNN than the kit's: gpu_check.sh stops first, saying so
 mkdir -p "$work/older"
 tar -C "$work/older" -xzf "$work/kit/mirror-kit.tar.gz"
