@@ -14,15 +14,17 @@
 # (NCCL_MULTI_RANK_GPU_ENABLE=1), over MPI with pinned host staging (--comm mpi) always, with
 # sync BN, buckets, overlap and compression, and a peer killed mid-run (the watchdog and
 # teardown); (4) benchmarks: mirror-bench allreduce and train, PyTorch's step time on the same
-# GPU side by side, compute-sanitizer memcheck. A step whose GPU, driver, compute-sanitizer or
-# torch is missing is skipped with the reason; without a GPU, the GPU flags are checked to fail
+# GPU side by side, each kernel's time in one step (Nsight Compute), compute-sanitizer memcheck.
+# A step whose GPU, driver, compute-sanitizer, ncu or torch is missing is skipped with the
+# reason; without a GPU, the GPU flags are checked to fail
 # cleanly. OUTDIR gets summary.txt and all.log, rewritten after every step (so a run cut short
 # still reports), and logs.tar.gz at the end (the device tool returns at most 8 files).
 # First of all it prints the cuDNN and NCCL versions the kit was built against next to the ones
 # this machine loads, and stops (exit 3) when a loaded one is older (GPU_CHECK_ALLOW_OLDER=1 to
 # go on anyway). Exit 0 when every step that could run passed. Env: GPU_CHECK_BUDGET (seconds,
 # default 540): each step's time limit is cut to what is left of it and steps after it are
-# skipped, so the whole run stays inside the device tool's 10 minutes.
+# skipped, so the whole run stays inside the device tool's 10 minutes; GPU_CHECK_ONLY (a regular
+# expression over step names) runs only the steps it matches.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-${OUT:-$PWD/gpu-check-out}}"
