@@ -1,7 +1,8 @@
-// Note [Blocked images] (mirror/ops.h): convolutions and max pools that pass blocked images give
-// exactly what the plain NCHW path gives (forward, both gradients, pooling ties and padding),
-// Sequential blocks only the outputs every reader accepts, and a layer that takes no blocked
-// input refuses one instead of misreading it.
+// Note [Blocked images] (mirror/ops.h): convolutions, max pools, BatchNormalization's channel
+// sums and affine maps, activations and Add that pass blocked images give exactly what the plain
+// NCHW path gives (forward, gradients, pooling ties and padding, padded samples, the device
+// BatchNorm path), Sequential blocks only the outputs every reader accepts, and a layer that
+// takes no blocked input refuses one instead of misreading it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -215,8 +216,8 @@ TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
 }
 
 TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
-  // conv -> batch norm: BatchNormalization reads NCHW, so the first convolution's output stays
-  // plain; the second's feeds a pool and may be blocked; the pool's feeds Flatten and may not.
+  // conv -> batch norm -> conv -> pool -> flatten: BatchNormalization and the pool take blocked
+  // images; the pool's output feeds Flatten, which reads NCHW, and may not be blocked.
   nn::Sequential m;
   m.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));  // 0
   m.add(std::make_unique<nn::BatchNormalization>());                     // 1
@@ -227,11 +228,193 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   m.build({3, 8, 8}, 1);
   std::vector<bool> allowed;
   for (auto& layer : m.layers()) allowed.push_back(layer->blocked_output_allowed());
-  EXPECT_EQ(allowed, (std::vector<bool>{false, true, true, false, false, false}));
+  EXPECT_EQ(allowed, (std::vector<bool>{true, true, true, false, false, false}));
   const Tensor x = random({4, 3, 8, 8}, 2, DType::kFloat32);
   const Pass with = run(m, x);
   m.set_blocked_images(false);
   const Pass without = run(m, x);
+  EXPECT_EQ(with.output, without.output);
+  for (std::size_t i = 0; i < with.grads.size(); ++i) {
+    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
+  }
+  // BatchNorm given a blocked image but read by Flatten: it computes on the plain image and
+  // hands the gradient back blocked.
+  nn::Sequential m2;
+  m2.add(std::make_unique<nn::Conv2D>(16, 3, 3, 1, nn::Padding::kSame));
+  m2.add(std::make_unique<nn::BatchNormalization>());
+  m2.add(std::make_unique<nn::Flatten>());
+  m2.add(std::make_unique<nn::Dense>(3));
+  m2.build({3, 8, 8}, 1);
+  EXPECT_TRUE(m2.layers()[0]->blocked_output_allowed());
+  EXPECT_FALSE(m2.layers()[1]->blocked_output_allowed());
+  const Pass with2 = run(m2, x);
+  m2.set_blocked_images(false);
+  const Pass without2 = run(m2, x);
+  EXPECT_EQ(with2.output, without2.output);
+  for (std::size_t i = 0; i < with2.grads.size(); ++i) {
+    EXPECT_EQ(with2.grads[i], without2.grads[i]) << m2.parameters()[i]->name;
+  }
+}
+
+TEST(BlockedImages, ChannelSumsAndAffineMapsGiveThePlainBits) {
+  // Spatial sizes below, at and above the 32 summation lanes and not multiples of them.
+  for (const std::int64_t b : {16, 8, 4}) {
+    for (const Shape& shape : {Shape{3, 32, 7, 7}, Shape{2, 16, 28, 28}, Shape{5, 16, 1, 1},
+                               Shape{2, 48, 4, 8}}) {
+      if (shape[1] % b != 0) continue;
+      SCOPED_TRACE(shape_str(shape) + " block " + std::to_string(b));
+      const Tensor a = random(shape, 31, DType::kFloat32, -3.0, 5.0);
+      const Tensor c = random(shape, 32, DType::kFloat32);
+      const Tensor ab = blocked(a, b), cb = blocked(c, b);
+      const std::int64_t channels = shape[1], inner = shape[2] * shape[3];
+      const ops::ChannelView plain{shape[0], channels, inner};
+      const ops::ChannelView view{shape[0], channels, inner, b};
+      EXPECT_EQ(ops::channel_sums(ab, cb, view), ops::channel_sums(a, c, plain));
+      EXPECT_EQ(ops::channel_sums(ab, ab, view), ops::channel_sums(a, a, plain));
+      std::vector<double> ka, ca, kb, cc, k0;
+      for (std::int64_t k = 0; k < channels; ++k) {
+        ka.push_back(0.5 + 0.1 * static_cast<double>(k));
+        ca.push_back(0.25 * static_cast<double>(k % 5) - 0.3);
+        kb.push_back(-0.7 + 0.03 * static_cast<double>(k));
+        cc.push_back(0.11 * static_cast<double>(k % 3));
+        k0.push_back(1.0 / (1.0 + static_cast<double>(k)));
+      }
+      const ops::ChannelAffine one{.ka = ka, .ca = ca, .k0 = k0};
+      const ops::ChannelAffine two{.ka = ka, .ca = ca, .kb = kb, .cb = cc, .k0 = k0};
+      EXPECT_EQ(values(ops::channel_affine(ab, {}, one, view)),
+                values(blocked(ops::channel_affine(a, {}, one, plain), b)));
+      EXPECT_EQ(values(ops::channel_affine(ab, cb, two, view)),
+                values(blocked(ops::channel_affine(a, c, two, plain), b)));
+    }
+  }
+  // The layout must be said: a plain view of a blocked image, or a blocked view of a plain one,
+  // would mix channels.
+  const Tensor a = random({2, 16, 3, 3}, 33, DType::kFloat32);
+  EXPECT_THROW(ops::channel_sums(blocked(a, 8), blocked(a, 8), {2, 16, 9}), InvalidArgument);
+  EXPECT_THROW(ops::channel_sums(a, a, {2, 16, 9, 8}), InvalidArgument);
+}
+
+TEST(BlockedImages, BlockedImageAndPlainImageAreInverse) {
+  const Tensor x = random({2, 32, 5, 3}, 34, DType::kFloat32);
+  for (const std::int64_t b : {16, 8}) {
+    const Tensor xb = ops::blocked_image(x, b);
+    EXPECT_EQ(xb.shape(), (Shape{2, 32 / b, 5, 3, b}));
+    EXPECT_EQ(values(xb), values(blocked(x, b)));
+    EXPECT_EQ(values(ops::plain_image(xb)), values(x));
+    EXPECT_EQ(values(ops::blocked_image(xb, 0)), values(x));
+    // From one block to another goes through NCHW.
+    EXPECT_EQ(values(ops::blocked_image(xb, b == 16 ? 8 : 16)), values(blocked(x, b == 16 ? 8 : 16)));
+  }
+  try {
+    ops::blocked_image(random({1, 12, 2, 2}, 35, DType::kFloat32), 8);
+    FAIL() << "12 channels were blocked by 8";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("divisible by 8"));
+  }
+  EXPECT_THROW(ops::blocked_image(random({1, 16, 2, 2}, 36, DType::kFloat64), 8), InvalidArgument);
+}
+
+TEST(BlockedImages, ActivationAndAddKeepOrConvertTheLayout) {
+  nn::InitRng rng(1);
+  nn::ForwardContext ctx;
+  const Tensor x = random({2, 16, 3, 3}, 37, DType::kFloat32), z = random({2, 16, 3, 3}, 38);
+  const Tensor xb = blocked(x, 8);
+  const Tensor dy = random({2, 16, 3, 3}, 39, DType::kFloat32);
+  // ReLU: blocked in, blocked out when allowed; plain out (and a blocked dx) when not.
+  nn::ActivationLayer relu(ops::Activation::kRelu);
+  relu.build({16, 3, 3}, DType::kFloat32, Device::cpu(), rng);
+  const Tensor plain_y = ops::activation_forward(ops::Activation::kRelu, x);
+  const Tensor plain_dx = ops::activation_backward(ops::Activation::kRelu, plain_y, dy);
+  relu.set_blocked_output_allowed(true);
+  EXPECT_EQ(values(relu.forward(xb, ctx)), values(blocked(plain_y, 8)));
+  EXPECT_EQ(values(relu.backward(blocked(dy, 8))), values(blocked(plain_dx, 8)));
+  relu.set_blocked_output_allowed(false);
+  const Tensor y = relu.forward(xb, ctx);
+  EXPECT_EQ(ops::image_block(y), 0);
+  EXPECT_EQ(values(y), values(plain_y));
+  const Tensor dx = relu.backward(dy);
+  EXPECT_EQ(ops::image_block(dx), 8) << "the gradient goes back in its input's layout";
+  EXPECT_EQ(values(dx), values(blocked(plain_dx, 8)));
+  // Add of a blocked and a plain input: blocked when allowed, each gradient in its input's
+  // layout.
+  const Tensor zf = ops::cast(z, DType::kFloat32);
+  Tensor sum = x.clone();
+  ops::axpy(1.0, zf, sum);
+  nn::Add add;
+  add.build_inputs({{16, 3, 3}, {16, 3, 3}}, {"a", "b"}, DType::kFloat32, Device::cpu());
+  for (const bool allowed : {true, false}) {
+    SCOPED_TRACE(allowed);
+    add.set_blocked_output_allowed(allowed);
+    const Tensor s = add.forward_inputs({xb, zf}, ctx);
+    EXPECT_EQ(ops::image_block(s), allowed ? 8 : 0);
+    EXPECT_EQ(values(ops::plain_image(s)), values(sum));
+    const std::vector<Tensor> d = add.backward_inputs(allowed ? blocked(dy, 8) : dy);
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(ops::image_block(d[0]), 8);
+    EXPECT_EQ(ops::image_block(d[1]), 0);
+    EXPECT_EQ(values(ops::plain_image(d[0])), values(dy));
+    EXPECT_EQ(values(d[1]), values(dy));
+  }
+}
+
+/// The shipped ResNet (examples/models/resnet.json) for [1, 28, 28] images and 10 classes.
+nn::Sequential resnet() {
+  const nn::DataShape data{{1, 28, 28}, DType::kFloat32, 10};
+  return nn::make_model(nn::ModelSpec::builtin("resnet").bind(data), DType::kFloat32,
+                        Device::cpu(), 5);
+}
+
+TEST(BlockedImages, TheResNetTrainsTheSameWithAndWithoutThem) {
+  nn::Sequential m = resnet();
+  // Every convolution, BatchNorm, ReLU and Add output may stay blocked except the last ReLU's
+  // (global average pooling reads NCHW) and the pooling and Dense at the end.
+  const auto& layers = m.layers();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const bool tail = i + 3 >= layers.size();
+    EXPECT_EQ(layers[i]->blocked_output_allowed(), !tail) << layers[i]->name();
+  }
+  const Tensor x = random({4, 1, 28, 28}, 22, DType::kFloat32, 0.0, 1.0);
+  const Pass with = run(m, x);
+  // A padded batch (the last two samples are padding): BatchNorm leaves them out of its
+  // statistics and gives them no gradient, on the blocked layout too.
+  nn::ForwardContext padded;
+  padded.sample_weights = Tensor::from_vector<float>({1, 1, 0, 0}, {4});
+  const auto run_padded = [&]() {
+    nn::ForwardContext ctx = padded;
+    ctx.training = true;
+    m.zero_grad();
+    const Tensor y = m.forward(x, ctx);
+    m.backward(ops_test::random(y.shape(), 9, DType::kFloat32));
+    Pass p{values(y), {}};
+    for (nn::Parameter* param : m.parameters()) p.grads.push_back(values(param->grad));
+    return p;
+  };
+  const Pass with_padding = run_padded();
+  m.set_blocked_images(false);
+  const Pass without = run(m, x);
+  const Pass without_padding = run_padded();
+  EXPECT_EQ(with.output, without.output);
+  EXPECT_EQ(with_padding.output, without_padding.output);
+  ASSERT_EQ(with.grads.size(), without.grads.size());
+  for (std::size_t i = 0; i < with.grads.size(); ++i) {
+    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
+    EXPECT_EQ(with_padding.grads[i], without_padding.grads[i]) << m.parameters()[i]->name;
+  }
+}
+
+TEST(BlockedImages, TheDeviceBatchNormPathConvertsAroundItself) {
+  // Synchronized BatchNorm's device path (Note [Device batch norm]) takes plain images; forced
+  // onto the CPU, the ResNet must train the same with blocked images between the layers.
+  const bool previous = nn::force_device_batchnorm(true);
+  nn::Sequential m = resnet();
+  for (auto& layer : m.layers()) {
+    if (auto* bn = dynamic_cast<nn::BatchNormalization*>(layer.get())) bn->set_synchronized(true);
+  }
+  const Tensor x = random({4, 1, 28, 28}, 23, DType::kFloat32, 0.0, 1.0);
+  const Pass with = run(m, x);
+  m.set_blocked_images(false);
+  const Pass without = run(m, x);
+  nn::force_device_batchnorm(previous);
   EXPECT_EQ(with.output, without.output);
   for (std::size_t i = 0; i < with.grads.size(); ++i) {
     EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;

@@ -71,7 +71,10 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
 // only when every reader accepts one (Layer::accepts_blocked_input), and a gradient travels in
 // the layout of the activation it belongs to. A layer that does not accept blocked input rejects
 // a rank-5 tensor in its shape check, so a missed conversion is an error, never a misread.
-// Element-wise ops (activations, axpy) work on either form unchanged.
+// Element-wise ops (activations, axpy) work on either form unchanged, and the normalisation ops
+// take a blocked image through ChannelView::block, so a ResNet's convolution, BatchNorm, ReLU
+// and Add pass blocked images from one to the next; a layer that reads several inputs or must
+// give a plain output converts (blocked_image, plain_image).
 
 /// Whether `x` is a blocked image (rank 5), and its block b (0 for a plain tensor).
 std::int64_t image_block(const Tensor& x);
@@ -79,6 +82,9 @@ std::int64_t image_block(const Tensor& x);
 Shape image_shape(const Tensor& x);
 /// A blocked image as plain NCHW (a plain one is returned as it is).
 Tensor plain_image(const Tensor& x);
+/// An image in the layout of block `block`: plain NCHW for 0, else [N, C/block, H, W, block]
+/// (C divisible by block); one already in that layout is returned as it is.
+Tensor blocked_image(const Tensor& x, std::int64_t block);
 /// act(conv2d_forward(x, w, bias, g)) with x plain or blocked; blocked when `blocked_out` and
 /// the backend computes blocked (the ReLU then runs inside the convolution).
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
@@ -140,8 +146,12 @@ MathSupport math_support(Device device, MathMode mode);
 /// Note [Channel view]: the normalisation ops see a tensor as [outer, channels, inner] (row
 /// major): BatchNorm on NCHW is [N, C, H*W] (or [N, C, 1] for [N, C]); LayerNorm's per-row
 /// statistics are [1, rows, features] and its per-feature scale [rows, features, 1].
+/// `block` > 0: the tensor is a blocked image (Note [Blocked images]), [N, C/block, H, W, block]
+/// seen as [N, C, H*W], element (o, c, i) at ((o C/block + c/block) inner + i) block + c%block;
+/// channel_sums and channel_affine give the same bits as on the plain image.
 struct ChannelView {
   std::int64_t outer = 1, channels = 1, inner = 1;
+  std::int64_t block = 0;
   std::int64_t numel() const { return outer * channels * inner; }
 };
 /// Per channel c, in double precision and a fixed order (deterministic on every backend):

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
@@ -66,6 +68,159 @@ MIRROR_VECTOR_CLONES void channel_sum_lanes(const T* a, const T* b, std::int64_t
   *sum_ab = s2[0];
 }
 
+// A blocked image's group of kBlock channels (Note [Channel view], ops.h): row r of the group is
+// `n` positions of kBlock channels each. Channel l's element i goes to lane i % kSumLanes and
+// the lanes are combined as above, so every channel gets the bits of channel_sum_lanes over the
+// plain image; the kBlock channels advance together, in vectors.
+// Four lanes at a time keep their accumulators in registers while they walk their positions
+// (lanes l..l+3 read positions l..l+3, then 32 further, ...: 4 adjacent positions of kBlock
+// channels per step); a row of one group (at most a few tens of KB) stays in cache over the 8
+// walks. Each lane still adds its own elements in row order, i increasing.
+constexpr int kLanesAtOnce = 4;
+
+template <class T, int kBlock>
+MIRROR_VECTOR_CLONES void blocked_channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
+                                                    std::int64_t stride, std::int64_t n,
+                                                    double* sum_a, double* sum_ab) {
+  double s1[kSumLanes][kBlock] = {}, s2[kSumLanes][kBlock] = {};
+  constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* ra = a + r * stride;
+    const T* rb = b + r * stride;
+    // The walks touch a row's lines 2 KB apart, which the hardware prefetchers do not follow:
+    // read it into the cache in order first (prefetch to L2), as the plain loop's stream would.
+    for (std::int64_t e = 0; e < n * kBlock; e += kLine) {
+      __builtin_prefetch(ra + e, 0, 2);
+      if (rb != ra) __builtin_prefetch(rb + e, 0, 2);
+    }
+    for (int l = 0; l < kSumLanes && l < n; l += kLanesAtOnce) {
+      double acc1[kLanesAtOnce][kBlock], acc2[kLanesAtOnce][kBlock];
+      for (int q = 0; q < kLanesAtOnce; ++q) {
+        for (int c = 0; c < kBlock; ++c) {
+          acc1[q][c] = s1[l + q][c];
+          acc2[q][c] = s2[l + q][c];
+        }
+      }
+      std::int64_t i = l;
+      for (; i + kLanesAtOnce <= n; i += kSumLanes) {
+        const T* pa = ra + i * kBlock;
+        const T* pb = rb + i * kBlock;
+        for (int q = 0; q < kLanesAtOnce; ++q) {
+          for (int c = 0; c < kBlock; ++c) {
+            const double x = pa[q * kBlock + c];
+            acc1[q][c] += x;
+            acc2[q][c] += x * static_cast<double>(pb[q * kBlock + c]);
+          }
+        }
+      }
+      for (int q = 0; i + q < n && q < kLanesAtOnce; ++q) {  // the row's last, partial step
+        for (int c = 0; c < kBlock; ++c) {
+          const double x = ra[(i + q) * kBlock + c];
+          acc1[q][c] += x;
+          acc2[q][c] += x * static_cast<double>(rb[(i + q) * kBlock + c]);
+        }
+      }
+      for (int q = 0; q < kLanesAtOnce; ++q) {
+        for (int c = 0; c < kBlock; ++c) {
+          s1[l + q][c] = acc1[q][c];
+          s2[l + q][c] = acc2[q][c];
+        }
+      }
+    }
+  }
+  for (int width = kSumLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) {
+      for (int c = 0; c < kBlock; ++c) {
+        s1[l][c] += s1[l + width][c];
+        s2[l][c] += s2[l + width][c];
+      }
+    }
+  }
+  for (int c = 0; c < kBlock; ++c) {
+    sum_a[c] = s1[0][c];
+    sum_ab[c] = s2[0][c];
+  }
+}
+
+/// f(std::integral_constant<int, b>) for the blocks oneDNN uses for float32 images.
+template <class F>
+void with_channel_block(std::int64_t b, F&& f) {
+  switch (b) {
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default:
+      throw InvalidArgument("channel view: unsupported image block " + std::to_string(b) +
+                            " (4, 8 or 16)");
+  }
+}
+
+template <class T>
+void blocked_channel_sums(const T* pa, const T* pb, const ops::ChannelView& v, double* out) {
+  with_channel_block(v.block, [&](auto block) {
+    constexpr int B = decltype(block)::value;
+    const std::int64_t groups = v.channels / B;
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      blocked_channel_sum_lanes<T, B>(pa + g * v.inner * B, pb + g * v.inner * B, v.outer,
+                                      v.channels * v.inner, v.inner, out + g * B,
+                                      out + v.channels + g * B);
+    }
+  });
+}
+
+/// channel_affine over a blocked image: the plain loop's expression per element, with the
+/// coefficients of each element's own channel; never contracted into FMA (this file is built
+/// with -ffp-contract=off), so every clone gives the plain loop's bits.
+template <class T, int B>
+MIRROR_VECTOR_CLONES void blocked_affine_row(const T* pa, const T* pb, T* py, std::int64_t inner,
+                                             const T* ka, const T* ca, const T* kb, const T* cb,
+                                             const T* k0) {
+  T a[B], ac[B], a0[B], b[B], bc[B];
+  for (int c = 0; c < B; ++c) {
+    a[c] = ka[c];
+    ac[c] = ca[c];
+    a0[c] = k0[c];
+    b[c] = pb != nullptr ? kb[c] : T(0);
+    bc[c] = pb != nullptr ? cb[c] : T(0);
+  }
+  if (pb == nullptr) {
+    for (std::int64_t i = 0; i < inner * B; i += B) {
+      for (int c = 0; c < B; ++c) py[i + c] = a[c] * (pa[i + c] - ac[c]) + a0[c];
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < inner * B; i += B) {
+    for (int c = 0; c < B; ++c) {
+      py[i + c] = a[c] * (pa[i + c] - ac[c]) + b[c] * (pb[i + c] - bc[c]) + a0[c];
+    }
+  }
+}
+
+template <class T>
+void blocked_channel_affine(const T* pa, const T* pb, T* py, const ops::ChannelAffine& k,
+                            const ops::ChannelView& v) {
+  const auto coefficients = [&](const std::vector<double>& d) {
+    std::vector<T> f(d.size());
+    for (std::size_t c = 0; c < d.size(); ++c) f[c] = static_cast<T>(d[c]);
+    return f;
+  };
+  const std::vector<T> ka = coefficients(k.ka), ca = coefficients(k.ca), k0 = coefficients(k.k0);
+  const std::vector<T> kb = coefficients(k.kb), cb = coefficients(k.cb);
+  with_channel_block(v.block, [&](auto block) {
+    constexpr int B = decltype(block)::value;
+    const std::int64_t groups = v.channels / B, rows = v.outer * groups;
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t c0 = (r % groups) * B, base = r * v.inner * B;
+      blocked_affine_row<T, B>(pa + base, pb != nullptr ? pb + base : nullptr, py + base, v.inner,
+                               ka.data() + c0, ca.data() + c0,
+                               pb != nullptr ? kb.data() + c0 : nullptr,
+                               pb != nullptr ? cb.data() + c0 : nullptr, k0.data() + c0);
+    }
+  });
+}
+
 }  // namespace
 
 std::vector<double> CpuKernels::channel_sums(const Tensor& a, const Tensor& b,
@@ -75,6 +230,10 @@ std::vector<double> CpuKernels::channel_sums(const Tensor& a, const Tensor& b,
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     std::vector<double> out(static_cast<std::size_t>(2 * v.channels), 0.0);
+    if (v.block > 0) {
+      blocked_channel_sums(pa, pb, v, out.data());
+      return out;
+    }
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
     for (std::int64_t c = 0; c < v.channels; ++c) {
       channel_sum_lanes(pa + c * v.inner, pb + c * v.inner, v.outer, v.channels * v.inner,
@@ -93,6 +252,10 @@ Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::C
     const T* pa = a.data<T>();
     const T* pb = k.kb.empty() ? nullptr : b.data<T>();
     T* py = y.data<T>();
+    if (v.block > 0) {
+      blocked_channel_affine(pa, pb, py, k, v);
+      return y;
+    }
     const std::int64_t rows = v.outer * v.channels;
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
     for (std::int64_t r = 0; r < rows; ++r) {

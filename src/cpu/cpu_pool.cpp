@@ -263,6 +263,12 @@ Tensor CpuKernels::image_to_plain(const Tensor& x) {
   return y;
 }
 
+Tensor CpuKernels::image_to_blocked(const Tensor& x, std::int64_t block) {
+  MIRROR_CHECK(x.dtype() == DType::kFloat32, InvalidArgument,
+               "blocked_image: blocked images are float32, got " + x.str());
+  return blocked_copy(x, block);
+}
+
 Tensor CpuKernels::maxpool2d_forward(const Tensor& x, const ops::Pool2DGeometry& g) {
   const PoolDims d(x.shape(), g);
   return with_float(x, "maxpool2d_forward", [&](auto t) -> Tensor {

@@ -11,17 +11,6 @@ void require_image(const Layer& layer, const Shape& input_shape) {
                    shape_str(input_shape));
 }
 
-/// A plain [N, C, H, W] input or, from a layer allowed to give one, a blocked image of the same
-/// size (Note [Blocked images], mirror/ops.h).
-void check_image_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype) {
-  if (ops::image_block(x) == 0) return detail::check_input(layer, x, inner, dtype);
-  const Shape s = ops::image_shape(x);
-  MIRROR_CHECK(x.dtype() == dtype && s[1] == inner[0] && s[2] == inner[1] && s[3] == inner[2],
-               InvalidArgument,
-               layer.name() + " (" + layer.kind() + "): expected a blocked image of " +
-                   shape_str(inner) + " " + dtype_name(dtype) + ", got " + x.str());
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- Conv2D
@@ -68,7 +57,7 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
 
 Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(kernel_.value.defined(), InvalidArgument, name() + " (conv2d): used before build");
-  check_image_input(*this, x, input_shape_, dtype_);
+  detail::check_image_input(*this, x, input_shape_, dtype_);
   Tensor y =
       ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_, blocked_output_allowed());
   x_ = x;
@@ -124,7 +113,7 @@ Shape MaxPool2D::build(const Shape& input_shape, DType dtype, Device, InitRng&) 
 
 Tensor MaxPool2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(!input_shape_.empty(), InvalidArgument, name() + " (max_pooling2d): not built");
-  check_image_input(*this, x, input_shape_, dtype_);
+  detail::check_image_input(*this, x, input_shape_, dtype_);
   x_ = x;
   y_ = ops::maxpool2d_forward(x, geometry_, blocked_output_allowed());
   return y_;

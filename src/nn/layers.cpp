@@ -67,6 +67,17 @@ void check_input(const Layer& layer, const Tensor& x, const Shape& inner, DType 
                         "; check the model's input shape and the layer order");
 }
 
+void check_image_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype) {
+  if (ops::image_block(x) == 0) return check_input(layer, x, inner, dtype);
+  const Shape s = ops::image_shape(x);
+  MIRROR_CHECK(inner.size() == 3 && x.dtype() == dtype && s[1] == inner[0] && s[2] == inner[1] &&
+                   s[3] == inner[2],
+               InvalidArgument,
+               layer.name() + " (" + layer.kind() + "): expected " +
+                   (inner.size() == 3 ? "a blocked image of " : "a plain input of ") +
+                   shape_str(inner) + " " + dtype_name(dtype) + ", got " + x.str());
+}
+
 Shape any_steps(const Shape& inner) {
   if (inner.size() != 2) return inner;
   return {-1, inner[1]};
@@ -212,8 +223,10 @@ Shape ActivationLayer::build(const Shape& input_shape, DType dtype, Device, Init
   return input_shape;
 }
 
-Tensor ActivationLayer::forward(const Tensor& x, ForwardContext& ctx) {
-  detail::check_input(*this, x, detail::any_steps(input_shape_), dtype_);
+Tensor ActivationLayer::forward(const Tensor& in, ForwardContext& ctx) {
+  detail::check_image_input(*this, in, detail::any_steps(input_shape_), dtype_);
+  converted_block_ = blocked_output_allowed() ? 0 : ops::image_block(in);
+  const Tensor x = converted_block_ > 0 ? ops::plain_image(in) : in;
   if (gelu_) {
     y_ = x;
     return ops::gelu_forward(x);
@@ -232,9 +245,12 @@ Tensor ActivationLayer::forward(const Tensor& x, ForwardContext& ctx) {
 Tensor ActivationLayer::backward(const Tensor& dy) {
   require_forward(*this, y_);
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
-  if (gelu_) return ops::gelu_backward(y_, dy);
+  const auto in_layout = [&](const Tensor& dx) {
+    return converted_block_ > 0 ? ops::blocked_image(dx, converted_block_) : dx;
+  };
+  if (gelu_) return in_layout(ops::gelu_backward(y_, dy));
   const Tensor g = lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_);
-  return act_ == Activation::kIdentity ? g : ops::activation_backward(act_, y_, g);
+  return in_layout(act_ == Activation::kIdentity ? g : ops::activation_backward(act_, y_, g));
 }
 
 nlohmann::json ActivationLayer::config() const {

@@ -1,5 +1,7 @@
 // Add, Concatenate (merge layers of the model graph), GlobalAveragePooling2D, AveragePooling2D
 // and ZeroPadding2D.
+#include <algorithm>
+
 #include "mirror/nn/cnn_layers.h"
 
 namespace mirror::nn {
@@ -43,13 +45,28 @@ Tensor Add::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
   MIRROR_CHECK(xs.size() == count_ && count_ >= 2, InvalidArgument,
                name() + " (add): expected " + std::to_string(count_) + " inputs, got " +
                    std::to_string(xs.size()));
-  Tensor y = xs[0].clone();
-  for (std::size_t i = 1; i < xs.size(); ++i) ops::axpy(1.0, xs[i], y);
+  input_blocks_.clear();
+  output_block_ = 0;
+  for (const Tensor& x : xs) {
+    input_blocks_.push_back(ops::image_block(x));
+    if (blocked_output_allowed()) output_block_ = std::max(output_block_, input_blocks_.back());
+  }
+  Tensor y = input_blocks_[0] == output_block_ ? xs[0].clone()
+                                               : ops::blocked_image(xs[0], output_block_);
+  for (std::size_t i = 1; i < xs.size(); ++i) {
+    ops::axpy(1.0, ops::blocked_image(xs[i], output_block_), y);
+  }
   return y;
 }
 
 std::vector<Tensor> Add::backward_inputs(const Tensor& dy) {
-  return std::vector<Tensor>(count_, dy);  // d(sum)/d(each input) = identity: shared, not copied
+  // d(sum)/d(each input) = identity: dy itself (shared, not copied) in each input's layout.
+  std::vector<Tensor> dxs;
+  for (std::size_t i = 0; i < count_; ++i) {
+    const std::int64_t block = i < input_blocks_.size() ? input_blocks_[i] : output_block_;
+    dxs.push_back(block == output_block_ ? dy : ops::blocked_image(dy, block));
+  }
+  return dxs;
 }
 
 // ---------------------------------------------------------------- Concatenate

@@ -52,10 +52,12 @@ std::vector<double> padding_mask(const Tensor& weights, std::int64_t n) {
   return mask;
 }
 
-/// t with every sample n multiplied by mask[n] (t is [N, ...]).
+/// t with every sample n multiplied by mask[n] (t is [N, ...], plain or a blocked image: a
+/// sample's values are contiguous in both, so t is seen flat).
 Tensor mask_samples(const Tensor& t, const std::vector<double>& mask) {
   const auto n = static_cast<std::int64_t>(mask.size());
-  return ops::channel_affine(t, {}, {.ka = mask}, {1, n, t.numel() / n});
+  return ops::channel_affine(t.reshape({t.numel()}), {}, {.ka = mask}, {1, n, t.numel() / n})
+      .reshape(t.shape());
 }
 
 std::atomic<bool> device_batchnorm_everywhere{false};
@@ -106,13 +108,17 @@ std::vector<Parameter*> BatchNormalization::parameters() {
 ops::ChannelView BatchNormalization::view(const Tensor& x) const {
   if (input_shape_.size() == 2) return {x.dim(0) * input_shape_[0], input_shape_[1], 1};
   const std::int64_t inner = input_shape_.size() == 3 ? input_shape_[1] * input_shape_[2] : 1;
-  return {x.dim(0), input_shape_[0], inner};
+  return {x.dim(0), input_shape_[0], inner, ops::image_block(x)};
 }
 
-Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
+Tensor BatchNormalization::forward(const Tensor& in, ForwardContext& ctx) {
   MIRROR_CHECK(!input_shape_.empty(), InvalidArgument,
                name() + " (batch_normalization): not built");
-  detail::check_input(*this, x, input_shape_, dtype_);
+  detail::check_image_input(*this, in, input_shape_, dtype_);
+  // A blocked input whose output may not be blocked (a reader takes plain images only): the
+  // layer runs on the plain image, and backward gives the gradient back blocked.
+  converted_block_ = blocked_output_allowed() ? 0 : ops::image_block(in);
+  const Tensor x = converted_block_ > 0 ? ops::plain_image(in) : in;
   const ops::ChannelView v = view(x);
   const auto c = static_cast<std::size_t>(v.channels);
   std::vector<double> mean, var;
@@ -120,6 +126,12 @@ Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
   replica_sum_ = ctx.training && synchronized_ ? ctx.replica_sum : nullptr;
   mask_.clear();
   device_path_ = ctx.training && synchronized_ && on_device_path(x.device());
+  device_block_ = device_path_ ? v.block : 0;
+  if (device_path_ && device_block_ > 0) {
+    // The device path's kernels take plain images: convert around it.
+    const Tensor plain = ops::plain_image(x);
+    return ops::blocked_image(forward_on_device(plain, ctx, view(plain)), device_block_);
+  }
   if (device_path_) return forward_on_device(x, ctx, v);
   if (ctx.training) {
     // Sums, sums of squares and the element count over the real samples; summed over replicas
@@ -172,8 +184,19 @@ Tensor BatchNormalization::forward(const Tensor& x, ForwardContext& ctx) {
 }
 
 Tensor BatchNormalization::backward(const Tensor& dy) {
+  const Tensor dx = backward_in_layout(dy);
+  return converted_block_ > 0 && dx.defined() ? ops::blocked_image(dx, converted_block_) : dx;
+}
+
+Tensor BatchNormalization::backward_in_layout(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument,
                name() + " (batch_normalization): backward without forward");
+  if (device_path_ && device_block_ > 0) {
+    const Tensor plain = ops::plain_image(dy);
+    check_shape(plain, x_.shape(), (name() + " backward dy").c_str());
+    const Tensor dx = backward_on_device(plain);
+    return dx.defined() ? ops::blocked_image(dx, device_block_) : dx;
+  }
   check_shape(dy, x_.shape(), (name() + " backward dy").c_str());
   if (device_path_) return backward_on_device(dy);
   const ops::ChannelView v = view(x_);

@@ -171,6 +171,21 @@ Tensor plain_image(const Tensor& x) {
   return k.image_to_plain(x);
 }
 
+Tensor blocked_image(const Tensor& x, std::int64_t block) {
+  if (image_block(x) == block) return x;
+  if (block == 0) return plain_image(x);
+  const Tensor plain = plain_image(x);
+  KernelSet& k = backend("blocked_image", {&plain});
+  MIRROR_REQUIRE(k.blocked_images(), "blocked_image",
+                 std::string("the ") + k.name() + " backend has no blocked images");
+  MIRROR_REQUIRE(plain.rank() == 4 && plain.dtype() == DType::kFloat32 && block > 0 &&
+                     plain.dim(1) % block == 0,
+                 "blocked_image",
+                 "expected a float32 image [N, C, H, W] with C divisible by " +
+                     std::to_string(block) + ", got " + plain.str());
+  return k.image_to_blocked(plain, block);
+}
+
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Conv2DGeometry& g) {
   KernelSet& k = backend("conv2d_forward", {&x, &w, &bias});

@@ -22,6 +22,9 @@ void require_input(const Tensor& x, const ChannelView& v, const char* op) {
                  op,
                  "view [" + std::to_string(v.outer) + ", " + std::to_string(v.channels) + ", " +
                      std::to_string(v.inner) + "] does not cover " + x.str());
+  MIRROR_REQUIRE(v.block == 0 && image_block(x) == 0, op,
+                 "the device path takes plain images (BatchNormalization converts a blocked "
+                 "one), got " + x.str());
 }
 
 /// `t` is undefined (when `optional`) or `numel` values of `dtype` on x's device.

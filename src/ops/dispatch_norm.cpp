@@ -27,6 +27,19 @@ void require_view(const Tensor& a, const ChannelView& v, const char* op) {
   MIRROR_REQUIRE(v.outer > 0 && v.channels > 0 && v.inner > 0 && v.numel() == a.numel(), op,
                  "view [" + std::to_string(v.outer) + ", " + std::to_string(v.channels) + ", " +
                      std::to_string(v.inner) + "] does not cover " + a.str());
+  // A blocked view reads a as [N, C/b, H, W, b] (Note [Channel view]); a plain view of a blocked
+  // image would mix channels.
+  MIRROR_REQUIRE(image_block(a) == v.block, op,
+                 "view block " + std::to_string(v.block) + " but the tensor is " + a.str());
+  if (v.block == 0) return;
+  MIRROR_REQUIRE(a.dim(0) == v.outer && a.dim(1) * v.block == v.channels &&
+                     a.dim(2) * a.dim(3) == v.inner,
+                 op,
+                 "blocked view [" + std::to_string(v.outer) + ", " + std::to_string(v.channels) +
+                     ", " + std::to_string(v.inner) + "] does not match " + a.str());
+  MIRROR_REQUIRE(kernels_for(a.device()).blocked_images(), op,
+                 "the " + std::string(kernels_for(a.device()).name()) +
+                     " backend has no blocked images, got " + a.str());
 }
 
 void require_coefficients(const std::vector<double>& k, const ChannelView& v, bool optional,

@@ -38,7 +38,7 @@ class KernelSet {
   virtual Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const ops::Pool2DGeometry& g) = 0;
   // Note [Blocked images] (ops.h): a backend that computes images in a blocked layout says so
-  // and overrides the four below. The defaults compute plain NCHW; dispatch gives a backend
+  // and overrides the five below. The defaults compute plain NCHW; dispatch gives a backend
   // without blocked images no blocked tensor.
   virtual bool blocked_images() const { return false; }
   virtual Tensor conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
@@ -59,6 +59,10 @@ class KernelSet {
   virtual Tensor image_to_plain(const Tensor& x) {
     throw InvalidArgument(std::string("the ") + name() + " backend has no blocked images, got " +
                           x.str());
+  }
+  virtual Tensor image_to_blocked(const Tensor& x, std::int64_t /*block*/) {
+    throw InvalidArgument(std::string("the ") + name() + " backend has no blocked images, asked " +
+                          "to block " + x.str());
   }
   /// Note [ReLU through max pool] (src/cpu/cpu_pool.cpp): the max pool's input gradient with
   /// the ReLU mask of its input applied. The default runs the two ops.
@@ -86,6 +90,8 @@ class KernelSet {
             {}};
   }
 
+  /// The two below take a view with `block` > 0 (a blocked image) only on a backend with
+  /// blocked_images() (dispatch checks).
   virtual std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                            const ops::ChannelView& v) = 0;
   /// Every vector of `k` has `channels` values here (dispatch fills empty ones with zeros).

@@ -43,6 +43,10 @@ class BatchNormalization : public Layer {
   nlohmann::json config() const override;
   bool synchronized() const { return synchronized_; }
   void set_synchronized(bool on) { synchronized_ = on; }
+  /// Note [Blocked images] (mirror/ops.h): an image's statistics and normalisation run on the
+  /// blocked layout as they are (ChannelView::block) when the output may be blocked; otherwise
+  /// on the plain image.
+  bool accepts_blocked_input() const override { return true; }
 
  private:
   ops::ChannelView view(const Tensor& x) const;
@@ -64,6 +68,9 @@ class BatchNormalization : public Layer {
   bool device_path_ = false;
   Tensor saved_;    // float64 [2C + 1]: mean, invstd, count
   Tensor weights_;  // the batch's sample weights on x's device (undefined: all real)
+  std::int64_t device_block_ = 0;  // the device path ran on plain_image(x) of this block
+  std::int64_t converted_block_ = 0;  // forward made a blocked input plain: dx goes back to it
+  Tensor backward_in_layout(const Tensor& dy);  // dx in the layout forward computed in
   Tensor forward_on_device(const Tensor& x, ForwardContext& ctx, const ops::ChannelView& v);
   Tensor backward_on_device(const Tensor& dy);
 };
@@ -105,9 +112,14 @@ class Add : public MergeLayer {
   Tensor forward_inputs(const std::vector<Tensor>& xs, ForwardContext& ctx) override;
   std::vector<Tensor> backward_inputs(const Tensor& dy) override;
   nlohmann::json config() const override { return nlohmann::json::object(); }
+  /// Note [Blocked images] (mirror/ops.h): the sum is blocked when any input is and the output
+  /// may be; inputs in the other layout are converted, and so are their gradients.
+  bool accepts_blocked_input() const override { return true; }
 
  private:
   std::size_t count_ = 0;
+  std::vector<std::int64_t> input_blocks_;  // each input's layout (image_block) in forward
+  std::int64_t output_block_ = 0;
 };
 
 /// Concatenation along the channel axis (dimension 1: channels of NCHW, features of [N, F]);

@@ -128,6 +128,9 @@ class ActivationLayer : public Layer {
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
   nlohmann::json config() const override;
+  /// Element-wise: a blocked image stays blocked, or is made plain first when the output may
+  /// not be blocked (Note [Blocked images], mirror/ops.h).
+  bool accepts_blocked_input() const override { return true; }
 
  private:
   Activation act_;
@@ -135,6 +138,7 @@ class ActivationLayer : public Layer {
   Shape input_shape_;
   DType dtype_ = DType::kFloat32;
   Tensor y_;  // the output; the input for the GELU (whose gradient needs it)
+  std::int64_t converted_block_ = 0;  // forward made a blocked input plain: dx goes back to it
   std::vector<std::int32_t> lengths_;  // a sigmoid's sequence lengths (Note [Sequence masks])
 };
 
@@ -190,6 +194,9 @@ namespace detail {
 /// rank 1 + inner.size(), the inner dims equal `inner` (dims given as -1 match anything) and
 /// the dtype matches.
 void check_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype);
+/// check_input, or for an image layer given a blocked image (Note [Blocked images],
+/// mirror/ops.h) the same check on its NCHW shape.
+void check_image_input(const Layer& layer, const Tensor& x, const Shape& inner, DType dtype);
 /// A sequence's shape [T, F] with any T ([-1, F]): token batches are padded to their own longest
 /// sequence. Other shapes as they are.
 Shape any_steps(const Shape& inner);
