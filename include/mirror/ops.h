@@ -163,12 +163,33 @@ std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const Channel
 /// (x - mean) * invstd, so values far from zero keep their relative precision.
 struct ChannelAffine {
   std::vector<double> ka{}, ca{}, kb{}, cb{}, k0{};
+  /// The map's ReLU, max(out, 0), applied as it is written (Note [BatchNorm and ReLU]).
+  bool relu = false;
 };
 /// out[o, c, i] = ka[c] (a[o, c, i] - ca[c]) + kb[c] (b[o, c, i] - cb[c]) + k0[c], computed in
 /// the tensors' dtype in that order; a new tensor shaped like a. `b` may be undefined when kb is
 /// empty.
 Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v);
+
+// Note [BatchNorm and ReLU]: a BatchNormalization read only by a ReLU takes the ReLU into its own
+// passes (Sequential pairs them; the ReLU layer then passes values through). Forward clamps the
+// normalised output (ChannelAffine::relu), which saves the ReLU's read and write of the
+// activation. Backward needs the ReLU's mask, output > 0; the output is the forward map
+// m(x) = ka (x - ca) + k0 of the BatchNorm's input, which its backward reads anyway, so the mask
+// is recomputed from x in the same float arithmetic (ReluMask) instead of read from memory: the
+// gradient sums and the input gradient read dy as (m(x) > 0 ? dy : 0), the ReLU's backward
+// without its three passes. The bits are those of the two layers apart
+// (tests/blocked_images_test.cpp, tests/nn_norm_pool_gradcheck_test.cpp).
+struct ReluMask {
+  std::vector<double> ka{}, ca{}, k0{};  // per channel, as the forward's ChannelAffine
+};
+/// channel_sums with `a` read as (m(b) > 0 ? a : 0), m the mask's map.
+std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const ChannelView& v,
+                                 const ReluMask& mask);
+/// channel_affine with `a` read as (m(b) > 0 ? a : 0); b is required (kb may be empty).
+Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
+                      const ChannelView& v, const ReluMask& mask);
 
 // ---------------------------------------------------------------- device batch normalisation
 /// Note [Device batch norm]: BatchNormalization's training step with everything on the tensors'

@@ -65,6 +65,12 @@ class CpuKernels final : public KernelSet {
                                    const ops::ChannelView& v) override;
   Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                         const ops::ChannelView& v) override;
+  bool fused_channel_relu() const override { return true; }
+  std::vector<double> channel_sums_masked(const Tensor& a, const Tensor& b,
+                                          const ops::ReluMask& mask,
+                                          const ops::ChannelView& v) override;
+  Tensor channel_affine_masked(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
+                               const ops::ReluMask& mask, const ops::ChannelView& v) override;
   Tensor batchnorm_statistics(const Tensor& x, const Tensor& weights,
                               const ops::ChannelView& v) override;
   ops::BatchNormNormalized batchnorm_normalize(const Tensor& x, const Tensor& stats,

@@ -36,27 +36,74 @@ namespace {
 // 0.11 ms in the AVX2 one, 0.23 ms baseline.
 constexpr int kSumLanes = 32;
 
+/// Per channel, the maps of one channel_affine / channel_sums call in the tensors' dtype:
+/// out = ka (a' - ca) + kb (b - cb) + k0, then max(out, 0) with `relu`, where a' is a, or
+/// (m(b) > 0 ? a : 0) with a ReLU mask m(b) = mka (b - mca) + mk0 (Note [BatchNorm and ReLU],
+/// ops.h). A dimension is empty when its term is absent. Loops index them by channel.
 template <class T>
+struct ChannelMaps {
+  std::vector<T> ka, ca, kb, cb, k0, mka, mca, mk0;
+
+  ChannelMaps(const ops::ChannelAffine* k, const ops::ReluMask* mask) {
+    const auto cast = [](const std::vector<double>& d) {
+      std::vector<T> f(d.size());
+      for (std::size_t c = 0; c < d.size(); ++c) f[c] = static_cast<T>(d[c]);
+      return f;
+    };
+    if (k != nullptr) {
+      ka = cast(k->ka), ca = cast(k->ca), kb = cast(k->kb), cb = cast(k->cb), k0 = cast(k->k0);
+    }
+    if (mask != nullptr) mka = cast(mask->ka), mca = cast(mask->ca), mk0 = cast(mask->k0);
+  }
+};
+
+// The element maps, written once for the plain and the blocked loops. This file is built with
+// -ffp-contract=off: every clone rounds each product and sum like the baseline loop, the ReLU's
+// own forward and backward, and the CUDA kernels (--fmad=false).
+template <class T>
+inline bool relu_passes(T b, T mka, T mca, T mk0) {
+  return mka * (b - mca) + mk0 > T(0);  // the forward's output > 0 (math::Relu)
+}
+
+template <class T, bool kB, bool kMasked, bool kRelu>
+inline T affine_element(T a, T b, T ka, T ca, T kb, T cb, T k0, T mka, T mca, T mk0) {
+  if (kMasked && !relu_passes(b, mka, mca, mk0)) a = T(0);
+  T out = ka * (a - ca);
+  if (kB) out = out + kb * (b - cb);
+  out = out + k0;
+  if (kRelu) out = out > T(0) ? out : T(0);
+  return out;
+}
+
+/// Calls f(std::bool_constant<on>{}).
+template <class F>
+void with_bool(bool on, F&& f) {
+  if (on) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+template <class T, bool kMasked>
 MIRROR_VECTOR_CLONES void channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
-                                            std::int64_t stride, std::int64_t n, double* sum_a,
-                                            double* sum_ab) {
+                                            std::int64_t stride, std::int64_t n, T mka, T mca,
+                                            T mk0, double* sum_a, double* sum_ab) {
   double s1[kSumLanes] = {}, s2[kSumLanes] = {};
+  // The mask selects in T, the compare's width (a select into double did not vectorise: 10x).
+  const auto add = [&](int l, T va, T vb) {
+    const double x = !kMasked || relu_passes(vb, mka, mca, mk0) ? va : T(0);
+    s1[l] += x;
+    s2[l] += x * static_cast<double>(vb);
+  };
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* ra = a + r * stride;
     const T* rb = b + r * stride;
     std::int64_t i = 0;
     for (; i + kSumLanes <= n; i += kSumLanes) {
-      for (int l = 0; l < kSumLanes; ++l) {
-        const double x = ra[i + l];
-        s1[l] += x;
-        s2[l] += x * static_cast<double>(rb[i + l]);
-      }
+      for (int l = 0; l < kSumLanes; ++l) add(l, ra[i + l], rb[i + l]);
     }
-    for (int l = 0; i + l < n; ++l) {
-      const double x = ra[i + l];
-      s1[l] += x;
-      s2[l] += x * static_cast<double>(rb[i + l]);
-    }
+    for (int l = 0; i + l < n; ++l) add(l, ra[i + l], rb[i + l]);
   }
   for (int width = kSumLanes / 2; width >= 1; width /= 2) {
     for (int l = 0; l < width; ++l) {
@@ -71,24 +118,33 @@ MIRROR_VECTOR_CLONES void channel_sum_lanes(const T* a, const T* b, std::int64_t
 // A blocked image's group of kBlock channels (Note [Channel view], ops.h): row r of the group is
 // `n` positions of kBlock channels each. Channel l's element i goes to lane i % kSumLanes and
 // the lanes are combined as above, so every channel gets the bits of channel_sum_lanes over the
-// plain image; the kBlock channels advance together, in vectors.
-// Four lanes at a time keep their accumulators in registers while they walk their positions
-// (lanes l..l+3 read positions l..l+3, then 32 further, ...: 4 adjacent positions of kBlock
-// channels per step); a row of one group (at most a few tens of KB) stays in cache over the 8
-// walks. Each lane still adds its own elements in row order, i increasing.
+// plain image; the kBlock channels advance together, in vectors. Four lanes at a time keep their
+// accumulators in registers while they walk their positions (lanes l..l+3 read positions
+// l..l+3, then 32 further, ...); a row of one group (at most a few tens of KB) is prefetched in
+// order first and stays in cache over the 8 walks. Each lane still adds its own elements in row
+// order, i increasing.
 constexpr int kLanesAtOnce = 4;
 
-template <class T, int kBlock>
+template <class T, int kBlock, bool kMasked>
 MIRROR_VECTOR_CLONES void blocked_channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
                                                     std::int64_t stride, std::int64_t n,
+                                                    const T* mka, const T* mca, const T* mk0,
                                                     double* sum_a, double* sum_ab) {
-  double s1[kSumLanes][kBlock] = {}, s2[kSumLanes][kBlock] = {};
   constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
+  double s1[kSumLanes][kBlock] = {}, s2[kSumLanes][kBlock] = {};
+  T m1[kBlock], m2[kBlock], m3[kBlock];
+  for (int c = 0; c < kBlock; ++c) {
+    m1[c] = kMasked ? mka[c] : T(0);
+    m2[c] = kMasked ? mca[c] : T(0);
+    m3[c] = kMasked ? mk0[c] : T(0);
+  }
+  const auto value = [&](T va, T vb, int c) -> double {
+    return !kMasked || relu_passes(vb, m1[c], m2[c], m3[c]) ? va : T(0);
+  };
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* ra = a + r * stride;
     const T* rb = b + r * stride;
-    // The walks touch a row's lines 2 KB apart, which the hardware prefetchers do not follow:
-    // read it into the cache in order first (prefetch to L2), as the plain loop's stream would.
+    // The walks touch a row's lines 2 KB apart, which the hardware prefetchers do not follow.
     for (std::int64_t e = 0; e < n * kBlock; e += kLine) {
       __builtin_prefetch(ra + e, 0, 2);
       if (rb != ra) __builtin_prefetch(rb + e, 0, 2);
@@ -107,7 +163,7 @@ MIRROR_VECTOR_CLONES void blocked_channel_sum_lanes(const T* a, const T* b, std:
         const T* pb = rb + i * kBlock;
         for (int q = 0; q < kLanesAtOnce; ++q) {
           for (int c = 0; c < kBlock; ++c) {
-            const double x = pa[q * kBlock + c];
+            const double x = value(pa[q * kBlock + c], pb[q * kBlock + c], c);
             acc1[q][c] += x;
             acc2[q][c] += x * static_cast<double>(pb[q * kBlock + c]);
           }
@@ -115,7 +171,7 @@ MIRROR_VECTOR_CLONES void blocked_channel_sum_lanes(const T* a, const T* b, std:
       }
       for (int q = 0; i + q < n && q < kLanesAtOnce; ++q) {  // the row's last, partial step
         for (int c = 0; c < kBlock; ++c) {
-          const double x = ra[(i + q) * kBlock + c];
+          const double x = value(ra[(i + q) * kBlock + c], rb[(i + q) * kBlock + c], c);
           acc1[q][c] += x;
           acc2[q][c] += x * static_cast<double>(rb[(i + q) * kBlock + c]);
         }
@@ -155,69 +211,107 @@ void with_channel_block(std::int64_t b, F&& f) {
   }
 }
 
+/// channel_sums (mask: Note [BatchNorm and ReLU]) over a plain or blocked view.
 template <class T>
-void blocked_channel_sums(const T* pa, const T* pb, const ops::ChannelView& v, double* out) {
-  with_channel_block(v.block, [&](auto block) {
-    constexpr int B = decltype(block)::value;
-    const std::int64_t groups = v.channels / B;
+std::vector<double> sums(const T* pa, const T* pb, const ops::ChannelView& v,
+                         const ops::ReluMask* mask) {
+  std::vector<double> out(static_cast<std::size_t>(2 * v.channels), 0.0);
+  const ChannelMaps<T> m(nullptr, mask);
+  with_bool(mask != nullptr, [&](auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    if (v.block == 0) {
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
-    for (std::int64_t g = 0; g < groups; ++g) {
-      blocked_channel_sum_lanes<T, B>(pa + g * v.inner * B, pb + g * v.inner * B, v.outer,
-                                      v.channels * v.inner, v.inner, out + g * B,
-                                      out + v.channels + g * B);
+      for (std::int64_t c = 0; c < v.channels; ++c) {
+        const auto k = static_cast<std::size_t>(c);
+        channel_sum_lanes<T, kMasked>(pa + c * v.inner, pb + c * v.inner, v.outer,
+                                      v.channels * v.inner, v.inner, kMasked ? m.mka[k] : T(0),
+                                      kMasked ? m.mca[k] : T(0), kMasked ? m.mk0[k] : T(0),
+                                      &out[k], &out[static_cast<std::size_t>(v.channels) + k]);
+      }
+      return;
     }
+    with_channel_block(v.block, [&](auto block) {
+      constexpr int B = decltype(block)::value;
+      const std::int64_t groups = v.channels / B;
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+      for (std::int64_t g = 0; g < groups; ++g) {
+        blocked_channel_sum_lanes<T, B, kMasked>(
+            pa + g * v.inner * B, pb + g * v.inner * B, v.outer, v.channels * v.inner, v.inner,
+            kMasked ? m.mka.data() + g * B : nullptr, kMasked ? m.mca.data() + g * B : nullptr,
+            kMasked ? m.mk0.data() + g * B : nullptr, out.data() + g * B,
+            out.data() + v.channels + g * B);
+      }
+    });
   });
+  return out;
 }
 
-/// channel_affine over a blocked image: the plain loop's expression per element, with the
-/// coefficients of each element's own channel; never contracted into FMA (this file is built
-/// with -ffp-contract=off), so every clone gives the plain loop's bits.
-template <class T, int B>
-MIRROR_VECTOR_CLONES void blocked_affine_row(const T* pa, const T* pb, T* py, std::int64_t inner,
-                                             const T* ka, const T* ca, const T* kb, const T* cb,
-                                             const T* k0) {
-  T a[B], ac[B], a0[B], b[B], bc[B];
+/// One row of one channel of a plain view: n elements.
+template <class T, bool kB, bool kMasked, bool kRelu>
+MIRROR_VECTOR_CLONES void affine_row(const T* pa, const T* pb, T* py, std::int64_t n, T ka, T ca,
+                                     T kb, T cb, T k0, T mka, T mca, T mk0) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    py[i] = affine_element<T, kB, kMasked, kRelu>(pa[i], kB || kMasked ? pb[i] : T(0), ka, ca, kb,
+                                                  cb, k0, mka, mca, mk0);
+  }
+}
+
+/// One row of a blocked view's group: n positions of B channels.
+template <class T, int B, bool kB, bool kMasked, bool kRelu>
+MIRROR_VECTOR_CLONES void blocked_affine_row(const T* pa, const T* pb, T* py, std::int64_t n,
+                                             const ChannelMaps<T>& m, std::int64_t c0) {
+  T ka[B], ca[B], kb[B], cb[B], k0[B], mka[B], mca[B], mk0[B];
   for (int c = 0; c < B; ++c) {
-    a[c] = ka[c];
-    ac[c] = ca[c];
-    a0[c] = k0[c];
-    b[c] = pb != nullptr ? kb[c] : T(0);
-    bc[c] = pb != nullptr ? cb[c] : T(0);
+    const auto k = static_cast<std::size_t>(c0 + c);
+    ka[c] = m.ka[k], ca[c] = m.ca[k], k0[c] = m.k0[k];
+    kb[c] = kB ? m.kb[k] : T(0), cb[c] = kB ? m.cb[k] : T(0);
+    mka[c] = kMasked ? m.mka[k] : T(0), mca[c] = kMasked ? m.mca[k] : T(0);
+    mk0[c] = kMasked ? m.mk0[k] : T(0);
   }
-  if (pb == nullptr) {
-    for (std::int64_t i = 0; i < inner * B; i += B) {
-      for (int c = 0; c < B; ++c) py[i + c] = a[c] * (pa[i + c] - ac[c]) + a0[c];
-    }
-    return;
-  }
-  for (std::int64_t i = 0; i < inner * B; i += B) {
+  for (std::int64_t i = 0; i < n * B; i += B) {
     for (int c = 0; c < B; ++c) {
-      py[i + c] = a[c] * (pa[i + c] - ac[c]) + b[c] * (pb[i + c] - bc[c]) + a0[c];
+      py[i + c] = affine_element<T, kB, kMasked, kRelu>(
+          pa[i + c], kB || kMasked ? pb[i + c] : T(0), ka[c], ca[c], kb[c], cb[c], k0[c], mka[c],
+          mca[c], mk0[c]);
     }
   }
 }
 
+/// channel_affine (k.relu and mask: Note [BatchNorm and ReLU]) over a plain or blocked view.
 template <class T>
-void blocked_channel_affine(const T* pa, const T* pb, T* py, const ops::ChannelAffine& k,
-                            const ops::ChannelView& v) {
-  const auto coefficients = [&](const std::vector<double>& d) {
-    std::vector<T> f(d.size());
-    for (std::size_t c = 0; c < d.size(); ++c) f[c] = static_cast<T>(d[c]);
-    return f;
-  };
-  const std::vector<T> ka = coefficients(k.ka), ca = coefficients(k.ca), k0 = coefficients(k.k0);
-  const std::vector<T> kb = coefficients(k.kb), cb = coefficients(k.cb);
-  with_channel_block(v.block, [&](auto block) {
-    constexpr int B = decltype(block)::value;
-    const std::int64_t groups = v.channels / B, rows = v.outer * groups;
+void affine(const T* pa, const T* pb, T* py, const ops::ChannelAffine& k,
+            const ops::ReluMask* mask, const ops::ChannelView& v) {
+  const ChannelMaps<T> m(&k, mask);
+  with_bool(!k.kb.empty(), [&](auto with_b) {
+    with_bool(mask != nullptr, [&](auto masked) {
+      with_bool(k.relu, [&](auto relu) {
+        constexpr bool kB = decltype(with_b)::value, kMasked = decltype(masked)::value;
+        constexpr bool kRelu = decltype(relu)::value;
+        if (v.block == 0) {
+          const std::int64_t rows = v.outer * v.channels;
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t c0 = (r % groups) * B, base = r * v.inner * B;
-      blocked_affine_row<T, B>(pa + base, pb != nullptr ? pb + base : nullptr, py + base, v.inner,
-                               ka.data() + c0, ca.data() + c0,
-                               pb != nullptr ? kb.data() + c0 : nullptr,
-                               pb != nullptr ? cb.data() + c0 : nullptr, k0.data() + c0);
-    }
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const auto c = static_cast<std::size_t>(r % v.channels);
+            const std::int64_t at = r * v.inner;
+            affine_row<T, kB, kMasked, kRelu>(
+                pa + at, pb != nullptr ? pb + at : nullptr, py + at, v.inner, m.ka[c], m.ca[c],
+                kB ? m.kb[c] : T(0), kB ? m.cb[c] : T(0), m.k0[c], kMasked ? m.mka[c] : T(0),
+                kMasked ? m.mca[c] : T(0), kMasked ? m.mk0[c] : T(0));
+          }
+          return;
+        }
+        with_channel_block(v.block, [&](auto block) {
+          constexpr int B = decltype(block)::value;
+          const std::int64_t groups = v.channels / B, rows = v.outer * groups;
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const std::int64_t at = r * v.inner * B;
+            blocked_affine_row<T, B, kB, kMasked, kRelu>(pa + at, pb != nullptr ? pb + at : nullptr,
+                                                         py + at, v.inner, m, (r % groups) * B);
+          }
+        });
+      });
+    });
   });
 }
 
@@ -227,20 +321,16 @@ std::vector<double> CpuKernels::channel_sums(const Tensor& a, const Tensor& b,
                                              const ops::ChannelView& v) {
   return with_float(a, "channel_sums", [&](auto t) {
     using T = decltype(t);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    std::vector<double> out(static_cast<std::size_t>(2 * v.channels), 0.0);
-    if (v.block > 0) {
-      blocked_channel_sums(pa, pb, v, out.data());
-      return out;
-    }
-#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
-    for (std::int64_t c = 0; c < v.channels; ++c) {
-      channel_sum_lanes(pa + c * v.inner, pb + c * v.inner, v.outer, v.channels * v.inner,
-                        v.inner, &out[static_cast<std::size_t>(c)],
-                        &out[static_cast<std::size_t>(v.channels + c)]);
-    }
-    return out;
+    return sums<T>(a.data<T>(), b.data<T>(), v, nullptr);
+  });
+}
+
+std::vector<double> CpuKernels::channel_sums_masked(const Tensor& a, const Tensor& b,
+                                                    const ops::ReluMask& mask,
+                                                    const ops::ChannelView& v) {
+  return with_float(a, "channel_sums", [&](auto t) {
+    using T = decltype(t);
+    return sums<T>(a.data<T>(), b.data<T>(), v, &mask);
   });
 }
 
@@ -249,29 +339,18 @@ Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::C
   return with_float(a, "channel_affine", [&](auto t) {
     using T = decltype(t);
     Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
-    const T* pa = a.data<T>();
-    const T* pb = k.kb.empty() ? nullptr : b.data<T>();
-    T* py = y.data<T>();
-    if (v.block > 0) {
-      blocked_channel_affine(pa, pb, py, k, v);
-      return y;
-    }
-    const std::int64_t rows = v.outer * v.channels;
-#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto c = static_cast<std::size_t>(r % v.channels);
-      const T ka = static_cast<T>(k.ka[c]), ca = static_cast<T>(k.ca[c]);
-      const T k0 = static_cast<T>(k.k0[c]);
-      const std::int64_t base = r * v.inner;
-      if (pb == nullptr) {
-        for (std::int64_t i = 0; i < v.inner; ++i) py[base + i] = ka * (pa[base + i] - ca) + k0;
-      } else {
-        const T kb = static_cast<T>(k.kb[c]), cb = static_cast<T>(k.cb[c]);
-        for (std::int64_t i = 0; i < v.inner; ++i) {
-          py[base + i] = ka * (pa[base + i] - ca) + kb * (pb[base + i] - cb) + k0;
-        }
-      }
-    }
+    affine<T>(a.data<T>(), k.kb.empty() ? nullptr : b.data<T>(), y.data<T>(), k, nullptr, v);
+    return y;
+  });
+}
+
+Tensor CpuKernels::channel_affine_masked(const Tensor& a, const Tensor& b,
+                                         const ops::ChannelAffine& k, const ops::ReluMask& mask,
+                                         const ops::ChannelView& v) {
+  return with_float(a, "channel_affine", [&](auto t) {
+    using T = decltype(t);
+    Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+    affine<T>(a.data<T>(), b.data<T>(), y.data<T>(), k, &mask, v);
     return y;
   });
 }

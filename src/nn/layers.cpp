@@ -227,6 +227,10 @@ Tensor ActivationLayer::forward(const Tensor& in, ForwardContext& ctx) {
   detail::check_image_input(*this, in, detail::any_steps(input_shape_), dtype_);
   converted_block_ = blocked_output_allowed() ? 0 : ops::image_block(in);
   const Tensor x = converted_block_ > 0 ? ops::plain_image(in) : in;
+  if (relu_done_by_producer()) {  // Note [BatchNorm and ReLU]: x is the ReLU's output already
+    y_ = x;
+    return x;
+  }
   if (gelu_) {
     y_ = x;
     return ops::gelu_forward(x);
@@ -248,6 +252,7 @@ Tensor ActivationLayer::backward(const Tensor& dy) {
   const auto in_layout = [&](const Tensor& dx) {
     return converted_block_ > 0 ? ops::blocked_image(dx, converted_block_) : dx;
   };
+  if (relu_done_by_producer()) return in_layout(dy);  // the producer applies the mask
   if (gelu_) return in_layout(ops::gelu_backward(y_, dy));
   const Tensor g = lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_);
   return in_layout(act_ == Activation::kIdentity ? g : ops::activation_backward(act_, y_, g));

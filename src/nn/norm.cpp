@@ -118,7 +118,15 @@ Tensor BatchNormalization::forward(const Tensor& in, ForwardContext& ctx) {
   // A blocked input whose output may not be blocked (a reader takes plain images only): the
   // layer runs on the plain image, and backward gives the gradient back blocked.
   converted_block_ = blocked_output_allowed() ? 0 : ops::image_block(in);
-  const Tensor x = converted_block_ > 0 ? ops::plain_image(in) : in;
+  Tensor y = normalize(converted_block_ > 0 ? ops::plain_image(in) : in, ctx);
+  if (fuses_relu() && device_path_) {
+    y = ops::activation_forward(ops::Activation::kRelu, y);
+    relu_y_ = y;
+  }
+  return y;
+}
+
+Tensor BatchNormalization::normalize(const Tensor& x, ForwardContext& ctx) {
   const ops::ChannelView v = view(x);
   const auto c = static_cast<std::size_t>(v.channels);
   std::vector<double> mean, var;
@@ -179,12 +187,19 @@ Tensor BatchNormalization::forward(const Tensor& in, ForwardContext& ctx) {
   mean_ = std::move(mean);
   x_ = x;
   // y = gamma invstd (x - mean) + beta: centred first, like PyTorch, to keep the precision of
-  // channels whose mean is large next to their spread.
-  return ops::channel_affine(x, {}, {.ka = ka, .ca = mean_, .k0 = beta}, v).reshape(x.shape());
+  // channels whose mean is large next to their spread; then the fused ReLU's max(y, 0).
+  if (fuses_relu()) relu_mask_ = {.ka = ka, .ca = mean_, .k0 = beta};
+  return ops::channel_affine(x, {}, {.ka = ka, .ca = mean_, .k0 = beta, .relu = fuses_relu()}, v)
+      .reshape(x.shape());
 }
 
 Tensor BatchNormalization::backward(const Tensor& dy) {
-  const Tensor dx = backward_in_layout(dy);
+  // Note [BatchNorm and ReLU]: the device path ran the ReLU as its own op; the host path masks
+  // dy inside its passes below.
+  const bool relu_op = fuses_relu() && device_path_;
+  const Tensor dx =
+      backward_in_layout(relu_op ? ops::activation_backward(ops::Activation::kRelu, relu_y_, dy)
+                                 : dy);
   return converted_block_ > 0 && dx.defined() ? ops::blocked_image(dx, converted_block_) : dx;
 }
 
@@ -203,7 +218,9 @@ Tensor BatchNormalization::backward_in_layout(const Tensor& dy) {
   const auto c = static_cast<std::size_t>(v.channels);
   // Local sums of dy and dy * x: this replica's share of the parameter gradients (the bucket
   // all-reduce adds the other replicas').
-  std::vector<double> s = ops::channel_sums(dy, x_, v);
+  const bool masked = fuses_relu();  // dy is the ReLU's output gradient: masked as it is read
+  std::vector<double> s = masked ? ops::channel_sums(dy, x_, v, relu_mask_)
+                                 : ops::channel_sums(dy, x_, v);
   std::vector<double> sum_dy(c), sum_dy_xhat(c);
   for (std::size_t k = 0; k < c; ++k) {
     sum_dy[k] = s[k];
@@ -217,7 +234,9 @@ Tensor BatchNormalization::backward_in_layout(const Tensor& dy) {
   if (!batch_stats_) {
     // Inference statistics are constants: dx = gamma * invstd * dy.
     for (std::size_t k = 0; k < c; ++k) ka[k] = gamma[k] * invstd_[k];
-    return ops::channel_affine(dy, {}, {.ka = ka}, v).reshape(dy.shape());
+    const Tensor dx = masked ? ops::channel_affine(dy, x_, {.ka = ka}, v, relu_mask_)
+                             : ops::channel_affine(dy, {}, {.ka = ka}, v);
+    return dx.reshape(dy.shape());
   }
   if (replica_sum_ != nullptr) {
     std::vector<double> global = sum_dy;
@@ -236,7 +255,9 @@ Tensor BatchNormalization::backward_in_layout(const Tensor& dy) {
     k0[k] = -g * sum_dy[k] / m;
   }
   // Padding did not enter the statistics, so the loss does not depend on it: no gradient.
-  const Tensor dx = ops::channel_affine(dy, x_, {.ka = ka, .kb = kb, .cb = mean_, .k0 = k0}, v)
+  const ops::ChannelAffine input_grad{.ka = ka, .kb = kb, .cb = mean_, .k0 = k0};
+  const Tensor dx = (masked ? ops::channel_affine(dy, x_, input_grad, v, relu_mask_)
+                            : ops::channel_affine(dy, x_, input_grad, v))
                         .reshape(dy.shape());
   return mask_.empty() ? dx : mask_samples(dx, mask_);
 }

@@ -134,6 +134,11 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
     const bool pair = reader && producer.relu_output() && reader->can_mask_input_relu();
     producer.set_relu_masked_by_reader(pair);
     if (pair) reader->set_masks_input_relu(true);
+    // Note [BatchNorm and ReLU] (mirror/ops.h): a producer whose only reader is a ReLU layer
+    // applies that ReLU itself.
+    const bool fuse = reader && producer.can_fuse_relu() && reader->is_relu();
+    producer.set_fuses_relu(fuse);
+    if (fuse) reader->set_relu_done_by_producer(true);
   }
 }
 

@@ -66,8 +66,22 @@ std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const Channel
   return kernels_for(a.device()).channel_sums(a, b, v);
 }
 
-Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
-                      const ChannelView& v) {
+namespace {
+
+/// k with every vector but kb full (zeros for the empty ones): what backends see; kb's
+/// emptiness says whether b takes part.
+ChannelAffine filled(const ChannelAffine& k, const ChannelView& v) {
+  const auto zeros = std::vector<double>(static_cast<std::size_t>(v.channels), 0.0);
+  ChannelAffine full = k;
+  for (std::vector<double>* x : {&full.ca, &full.k0}) {
+    if (x->empty()) *x = zeros;
+  }
+  if (!full.kb.empty() && full.cb.empty()) full.cb = zeros;
+  return full;
+}
+
+void require_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
+                    const ChannelView& v) {
   require_float(a, "channel_affine");
   require_view(a, v, "channel_affine");
   require_coefficients(k.ka, v, false, "channel_affine", "ka");
@@ -77,15 +91,57 @@ Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
   require_coefficients(k.k0, v, true, "channel_affine", "k0");
   MIRROR_REQUIRE(k.kb.empty() || b.defined(), "channel_affine", "kb given without b");
   if (!k.kb.empty()) require_like(a, b, "channel_affine");
-  // Backends see every vector full (zeros for the empty ones) except kb, whose emptiness says
-  // whether b takes part.
-  const auto zeros = std::vector<double>(static_cast<std::size_t>(v.channels), 0.0);
-  ChannelAffine full = k;
-  for (std::vector<double>* x : {&full.ca, &full.k0}) {
-    if (x->empty()) *x = zeros;
-  }
-  if (!full.kb.empty() && full.cb.empty()) full.cb = zeros;
-  return kernels_for(a.device()).channel_affine(a, b, full, v);
+}
+
+void require_mask(const Tensor& a, const Tensor& b, const ReluMask& mask, const ChannelView& v,
+                  const char* op) {
+  MIRROR_REQUIRE(b.defined(), op, "a ReLU mask needs b, the tensor it is computed from");
+  require_like(a, b, op);
+  require_coefficients(mask.ka, v, false, op, "mask ka");
+  require_coefficients(mask.ca, v, false, op, "mask ca");
+  require_coefficients(mask.k0, v, false, op, "mask k0");
+}
+
+/// Note [BatchNorm and ReLU] on a backend that does not fuse it: a read as (m(b) > 0 ? a : 0)
+/// through the ReLU's own backward, m(b) recomputed by channel_affine.
+Tensor masked(KernelSet& k, const Tensor& a, const Tensor& b, const ReluMask& mask,
+              const ChannelView& v) {
+  const Tensor m = k.channel_affine(b, {}, filled({.ka = mask.ka, .ca = mask.ca, .k0 = mask.k0}, v), v);
+  return k.activation_backward(Activation::kRelu, m, a);
+}
+
+}  // namespace
+
+std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const ChannelView& v,
+                                 const ReluMask& mask) {
+  require_float(a, "channel_sums");
+  require_view(a, v, "channel_sums");
+  require_mask(a, b, mask, v, "channel_sums");
+  KernelSet& k = kernels_for(a.device());
+  if (k.fused_channel_relu()) return k.channel_sums_masked(a, b, mask, v);
+  return k.channel_sums(masked(k, a, b, mask, v), b, v);
+}
+
+Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
+                      const ChannelView& v) {
+  require_affine(a, b, k, v);
+  KernelSet& kernels = kernels_for(a.device());
+  if (!k.relu || kernels.fused_channel_relu()) return kernels.channel_affine(a, b, filled(k, v), v);
+  ChannelAffine plain = filled(k, v);
+  plain.relu = false;
+  return kernels.activation_forward(Activation::kRelu, kernels.channel_affine(a, b, plain, v));
+}
+
+Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
+                      const ChannelView& v, const ReluMask& mask) {
+  require_affine(a, b, k, v);
+  require_mask(a, b, mask, v, "channel_affine");
+  KernelSet& kernels = kernels_for(a.device());
+  if (kernels.fused_channel_relu()) return kernels.channel_affine_masked(a, b, filled(k, v), mask, v);
+  ChannelAffine plain = filled(k, v);
+  plain.relu = false;
+  const Tensor y = kernels.channel_affine(masked(kernels, a, b, mask, v), b, plain, v);
+  return k.relu ? kernels.activation_forward(Activation::kRelu, y) : y;
 }
 
 Tensor avgpool2d_forward(const Tensor& x, const Pool2DGeometry& g) {

@@ -90,10 +90,25 @@ class KernelSet {
             {}};
   }
 
-  /// The two below take a view with `block` > 0 (a blocked image) only on a backend with
-  /// blocked_images() (dispatch checks).
+  /// The normalisation ops take a view with `block` > 0 (a blocked image) only on a backend with
+  /// blocked_images() (dispatch checks). channel_affine gets k.relu false and no mask unless the
+  /// backend fuses them (fused_channel_relu); otherwise dispatch composes the two below.
   virtual std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                            const ops::ChannelView& v) = 0;
+  /// Note [BatchNorm and ReLU] (ops.h): whether channel_affine applies k.relu and the two
+  /// *_masked entries below are overridden; if not, dispatch runs the ReLU and the mask as
+  /// separate element-wise ops.
+  virtual bool fused_channel_relu() const { return false; }
+  virtual std::vector<double> channel_sums_masked(const Tensor& a, const Tensor&,
+                                                  const ops::ReluMask&, const ops::ChannelView&) {
+    throw InvalidArgument(std::string("the ") + name() + " backend fuses no ReLU mask, got " +
+                          a.str());
+  }
+  virtual Tensor channel_affine_masked(const Tensor& a, const Tensor&, const ops::ChannelAffine&,
+                                       const ops::ReluMask&, const ops::ChannelView&) {
+    throw InvalidArgument(std::string("the ") + name() + " backend fuses no ReLU mask, got " +
+                          a.str());
+  }
   /// Every vector of `k` has `channels` values here (dispatch fills empty ones with zeros).
   virtual Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                                 const ops::ChannelView& v) = 0;

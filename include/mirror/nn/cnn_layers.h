@@ -47,9 +47,13 @@ class BatchNormalization : public Layer {
   /// blocked layout as they are (ChannelView::block) when the output may be blocked; otherwise
   /// on the plain image.
   bool accepts_blocked_input() const override { return true; }
+  bool can_fuse_relu() const override { return true; }
 
  private:
   ops::ChannelView view(const Tensor& x) const;
+  /// forward after the layout check: the statistics and the normalisation (with the ReLU when
+  /// fused and on the host path).
+  Tensor normalize(const Tensor& x, ForwardContext& ctx);
 
   double momentum_, epsilon_;
   bool center_, scale_, synchronized_;
@@ -70,6 +74,10 @@ class BatchNormalization : public Layer {
   Tensor weights_;  // the batch's sample weights on x's device (undefined: all real)
   std::int64_t device_block_ = 0;  // the device path ran on plain_image(x) of this block
   std::int64_t converted_block_ = 0;  // forward made a blocked input plain: dx goes back to it
+  // Note [BatchNorm and ReLU]: the forward map whose output > 0 is the fused ReLU's mask; on
+  // the device path, the ReLU's output instead (the ReLU ran as its own op there).
+  ops::ReluMask relu_mask_;
+  Tensor relu_y_;
   Tensor backward_in_layout(const Tensor& dy);  // dx in the layout forward computed in
   Tensor forward_on_device(const Tensor& x, ForwardContext& ctx, const ops::ChannelView& v);
   Tensor backward_on_device(const Tensor& dy);

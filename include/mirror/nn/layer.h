@@ -151,6 +151,17 @@ class Layer {
   void set_relu_masked_by_reader(bool masked) { relu_masked_by_reader_ = masked; }
   bool masks_input_relu() const { return masks_input_relu_; }
   void set_masks_input_relu(bool masks) { masks_input_relu_ = masks; }
+  /// Note [BatchNorm and ReLU] (mirror/ops.h): a layer that can apply the ReLU reading its
+  /// output in its own passes, and a ReLU layer that can leave its work to its producer.
+  /// Sequential pairs a producer with its only reader: the producer applies the ReLU forward and
+  /// its mask backward (fuses_relu), the reader passes values and gradients through
+  /// (relu_done_by_producer).
+  virtual bool can_fuse_relu() const { return false; }
+  virtual bool is_relu() const { return false; }
+  bool fuses_relu() const { return fuses_relu_; }
+  void set_fuses_relu(bool fuses) { fuses_relu_ = fuses; }
+  bool relu_done_by_producer() const { return relu_done_by_producer_; }
+  void set_relu_done_by_producer(bool done) { relu_done_by_producer_ = done; }
 
  private:
   std::string name_;
@@ -158,6 +169,8 @@ class Layer {
   bool blocked_output_allowed_ = false;
   bool relu_masked_by_reader_ = false;
   bool masks_input_relu_ = false;
+  bool fuses_relu_ = false;
+  bool relu_done_by_producer_ = false;
 };
 
 /// A layer with two or more inputs (Add, Concatenate). The single-input entry points throw; a

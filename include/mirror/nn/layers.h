@@ -131,6 +131,7 @@ class ActivationLayer : public Layer {
   /// Element-wise: a blocked image stays blocked, or is made plain first when the output may
   /// not be blocked (Note [Blocked images], mirror/ops.h).
   bool accepts_blocked_input() const override { return true; }
+  bool is_relu() const override { return act_ == Activation::kRelu && !gelu_; }
 
  private:
   Activation act_;
