@@ -1,8 +1,8 @@
-// Note [BatchNorm and ReLU] (mirror/ops.h): a BatchNormalization read only by a ReLU applies the
-// ReLU in its own passes. The fused ops give the bits of the separate ones (plain and blocked
-// images, float32 and float64, values where the ReLU's input is exactly 0), Sequential pairs
-// only a BatchNorm whose one reader is a ReLU layer, and models train and predict the same with
-// the pairs undone by hand (host and device BatchNorm paths, padded batches).
+// Note [BatchNorm and ReLU] (mirror/ops.h): a BatchNormalization or an Add read only by a ReLU
+// applies the ReLU in its own passes. The fused ops give the bits of the separate ones (plain and
+// blocked images, float32 and float64, values where the ReLU's input is exactly 0), Sequential
+// pairs only a layer whose one reader is a ReLU layer, and models train and predict the same
+// with the pairs undone by hand (host and device BatchNorm paths, padded batches).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -103,9 +103,32 @@ TEST(BatchNormRelu, FusedOpsGiveTheBitsOfTheSeparateOnes) {
   EXPECT_THROW(ops::channel_sums(a, a, v, mask_map(8)), InvalidArgument);
 }
 
-TEST(BatchNormRelu, OnlyABatchNormWhoseOneReaderIsAReluIsPaired) {
-  // conv -> bn_a -> relu (paired) -> conv -> bn_b -> add(bn_b, relu) -> relu: bn_b's reader is
-  // an Add, not a ReLU; the last ReLU's producer is the Add.
+TEST(BatchNormRelu, AddNIsAxpyIntoACopyThenTheRelu) {
+  for (const DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // Exact cancellations put some sums on the ReLU's 0.
+    const Tensor a = random({4, 3, 5}, 4, dtype), c = random({4, 3, 5}, 6, dtype);
+    Tensor b = random({4, 3, 5}, 5, dtype);
+    std::vector<double> bv = values(b);
+    const std::vector<double> av = values(a);
+    for (std::size_t i = 0; i < bv.size(); i += 4) bv[i] = -av[i];
+    b = ops::cast(Tensor::from_vector(bv, b.shape()), dtype);
+    for (const std::vector<Tensor>& xs : {std::vector<Tensor>{a, b}, std::vector<Tensor>{a, b, c}}) {
+      Tensor expect = xs[0].clone();
+      for (std::size_t i = 1; i < xs.size(); ++i) ops::axpy(1.0, xs[i], expect);
+      EXPECT_EQ(values(ops::add_n(xs)), values(expect));
+      EXPECT_EQ(values(ops::add_n(xs, true)),
+                values(ops::activation_forward(ops::Activation::kRelu, expect)));
+    }
+  }
+  EXPECT_THROW(ops::add_n({random({2, 3}, 1, DType::kFloat32)}), InvalidArgument);
+  EXPECT_THROW(ops::add_n({random({2, 3}, 1, DType::kFloat32), random({3, 2}, 2, DType::kFloat32)}),
+               InvalidArgument);
+}
+
+TEST(BatchNormRelu, OnlyALayerWhoseOneReaderIsAReluIsPaired) {
+  // conv -> bn_a -> relu (paired) -> conv -> bn_b -> add(bn_b, relu) -> relu (paired with the
+  // Add): bn_b's reader is the Add, not a ReLU.
   nn::Sequential m = nn::make_model(
       nn::ModelSpec::from_json(nlohmann::json::parse(R"({"input_shape": [3, 8, 8], "layers": [
         {"type": "conv2d", "name": "c1", "inputs": ["input"], "filters": 8, "kernel": 3,
@@ -127,8 +150,8 @@ TEST(BatchNormRelu, OnlyABatchNormWhoseOneReaderIsAReluIsPaired) {
     if (m.layers()[i]->fuses_relu()) fused.push_back(i);
     if (m.layers()[i]->relu_done_by_producer()) done.push_back(i);
   }
-  EXPECT_EQ(fused, std::vector<std::size_t>{1});
-  EXPECT_EQ(done, std::vector<std::size_t>{2});
+  EXPECT_EQ(fused, (std::vector<std::size_t>{1, 5}));
+  EXPECT_EQ(done, (std::vector<std::size_t>{2, 6}));
 }
 
 struct Pass {
@@ -176,7 +199,8 @@ TEST(BatchNormRelu, TheResNetTrainsAndPredictsTheSameWithAndWithoutThePairs) {
     unpair(apart);
     std::size_t pairs = 0;
     for (auto& layer : paired.layers()) pairs += layer->fuses_relu();
-    EXPECT_EQ(pairs, 7u) << "the stem and each block's first BatchNorm feed a ReLU alone";
+    EXPECT_EQ(pairs, 13u) << "the stem's BatchNorm, each block's first one and its Add feed a "
+                             "ReLU alone";
     for (const bool training : {true, false}) {
       for (const bool padded : {false, true}) {
         SCOPED_TRACE(std::string(blocked ? "blocked" : "plain") +

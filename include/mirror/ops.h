@@ -126,6 +126,10 @@ Tensor dropout_backward(const Tensor& dy, const Tensor& mask);
 
 /// a += alpha * b (same shape/dtype).
 void axpy(double alpha, const Tensor& b, Tensor& a);
+/// xs[0] + xs[1] + ... summed left to right in their dtype (the bits of axpy with alpha 1 into a
+/// copy of xs[0]), then max(sum, 0) with `relu` (Note [BatchNorm and ReLU]: an Add read only by a
+/// ReLU applies it); one pass. Two or more tensors of one shape, dtype and device.
+Tensor add_n(const std::vector<Tensor>& xs, bool relu = false);
 void scale(Tensor& a, double alpha);
 void fill(Tensor& a, double value);
 /// Sum of squares in double precision (for global-norm clipping).
@@ -172,15 +176,16 @@ struct ChannelAffine {
 Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v);
 
-// Note [BatchNorm and ReLU]: a BatchNormalization read only by a ReLU takes the ReLU into its own
-// passes (Sequential pairs them; the ReLU layer then passes values through). Forward clamps the
-// normalised output (ChannelAffine::relu), which saves the ReLU's read and write of the
-// activation. Backward needs the ReLU's mask, output > 0; the output is the forward map
-// m(x) = ka (x - ca) + k0 of the BatchNorm's input, which its backward reads anyway, so the mask
-// is recomputed from x in the same float arithmetic (ReluMask) instead of read from memory: the
-// gradient sums and the input gradient read dy as (m(x) > 0 ? dy : 0), the ReLU's backward
-// without its three passes. The bits are those of the two layers apart
-// (tests/blocked_images_test.cpp, tests/nn_norm_pool_gradcheck_test.cpp).
+// Note [BatchNorm and ReLU]: a BatchNormalization or an Add read only by a ReLU layer takes the
+// ReLU into its own passes (Sequential pairs them; the ReLU layer then passes values and
+// gradients through). Forward clamps the normalised output (ChannelAffine::relu) or the sum
+// (add_n), which saves the ReLU's read and write of the activation. Backward needs the ReLU's
+// mask, output > 0. For BatchNorm the output is the forward map m(x) = ka (x - ca) + k0 of its
+// input, which its backward reads anyway, so the mask is recomputed from x in the same float
+// arithmetic (ReluMask) instead of read from memory: the gradient sums and the input gradient
+// read dy as (m(x) > 0 ? dy : 0), the ReLU's backward without its three passes. The Add keeps
+// the output and runs the ReLU's backward itself. The bits are those of the layers apart
+// (tests/nn_batchnorm_relu_test.cpp).
 struct ReluMask {
   std::vector<double> ka{}, ca{}, k0{};  // per channel, as the forward's ChannelAffine
 };

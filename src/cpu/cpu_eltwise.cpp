@@ -29,6 +29,16 @@ void activation_grad_loop(const T* y, const T* dy, T* dx, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) dx[i] = Act::backward(y[i], dy[i]);
 }
 
+/// y = p + q (p may be y), through the ReLU's forward with kRelu (ops::add_n).
+template <bool kRelu, class T>
+void sum_loop(const T* p, const T* q, T* y, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T s = p[i] + q[i];
+    y[i] = kRelu ? math::Relu::forward(s) : s;
+  }
+}
+
 /// Partial sums over fixed 4096-element blocks, added in block order: the result is the same
 /// for every thread count (docs/architecture.md invariant 4), and double accumulation keeps it
 /// accurate.
@@ -135,6 +145,25 @@ void CpuKernels::axpy(double alpha, const Tensor& b, Tensor& a) {
     const std::int64_t n = a.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
     for (std::int64_t i = 0; i < n; ++i) ap[i] += al * bp[i];
+  });
+}
+
+Tensor CpuKernels::add_n(const std::vector<Tensor>& xs, bool relu) {
+  return with_float(xs[0], "add_n", [&](auto t) {
+    using T = decltype(t);
+    Tensor y = Tensor::empty(xs[0].shape(), xs[0].dtype(), xs[0].device());
+    T* yp = y.data<T>();
+    const std::int64_t n = y.numel();
+    // Left to right, each pass y = p + q; the ReLU's forward with the last input.
+    for (std::size_t k = 1; k < xs.size(); ++k) {
+      const T* p = k == 1 ? xs[0].data<T>() : yp;
+      if (relu && k + 1 == xs.size()) {
+        sum_loop<true>(p, xs[k].data<T>(), yp, n);
+      } else {
+        sum_loop<false>(p, xs[k].data<T>(), yp, n);
+      }
+    }
+    return y;
   });
 }
 

@@ -54,6 +54,7 @@ class CpuKernels final : public KernelSet {
                          Tensor& mask) override;
   Tensor dropout_backward(const Tensor& dy, const Tensor& mask) override;
   void axpy(double alpha, const Tensor& b, Tensor& a) override;
+  Tensor add_n(const std::vector<Tensor>& xs, bool relu) override;
   void scale(Tensor& a, double alpha) override;
   void fill(Tensor& a, double value) override;
   double sum_squares(const Tensor& a) override;

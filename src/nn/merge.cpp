@@ -51,20 +51,22 @@ Tensor Add::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
     input_blocks_.push_back(ops::image_block(x));
     if (blocked_output_allowed()) output_block_ = std::max(output_block_, input_blocks_.back());
   }
-  Tensor y = input_blocks_[0] == output_block_ ? xs[0].clone()
-                                               : ops::blocked_image(xs[0], output_block_);
-  for (std::size_t i = 1; i < xs.size(); ++i) {
-    ops::axpy(1.0, ops::blocked_image(xs[i], output_block_), y);
-  }
+  std::vector<Tensor> in;
+  for (const Tensor& x : xs) in.push_back(ops::blocked_image(x, output_block_));
+  Tensor y = ops::add_n(in, fuses_relu());
+  relu_y_ = fuses_relu() ? y : Tensor();
   return y;
 }
 
 std::vector<Tensor> Add::backward_inputs(const Tensor& dy) {
-  // d(sum)/d(each input) = identity: dy itself (shared, not copied) in each input's layout.
+  // d(sum)/d(each input) = identity: the sum's gradient (through the fused ReLU's mask) itself,
+  // shared, not copied, in each input's layout.
+  const Tensor g =
+      relu_y_.defined() ? ops::activation_backward(ops::Activation::kRelu, relu_y_, dy) : dy;
   std::vector<Tensor> dxs;
   for (std::size_t i = 0; i < count_; ++i) {
     const std::int64_t block = i < input_blocks_.size() ? input_blocks_[i] : output_block_;
-    dxs.push_back(block == output_block_ ? dy : ops::blocked_image(dy, block));
+    dxs.push_back(block == output_block_ ? g : ops::blocked_image(g, block));
   }
   return dxs;
 }

@@ -294,6 +294,17 @@ void axpy(double alpha, const Tensor& b, Tensor& a) {
                  a.str() + " += alpha * " + b.str());
   k.axpy(alpha, b, a);
 }
+Tensor add_n(const std::vector<Tensor>& xs, bool relu) {
+  MIRROR_REQUIRE(xs.size() >= 2, "add_n", "expected two or more tensors, got " +
+                                               std::to_string(xs.size()));
+  for (const Tensor& x : xs) {
+    MIRROR_REQUIRE(x.defined() && x.shape() == xs[0].shape() && x.dtype() == xs[0].dtype() &&
+                       x.device() == xs[0].device(),
+                   "add_n", "tensors differ: " + xs[0].str() + " and " +
+                                (x.defined() ? x.str() : std::string("none")));
+  }
+  return backend("add_n", {&xs[0]}).add_n(xs, relu);
+}
 void scale(Tensor& a, double alpha) { backend("scale", {&a}).scale(a, alpha); }
 void fill(Tensor& a, double value) { backend("fill", {&a}).fill(a, value); }
 double sum_squares(const Tensor& a) { return backend("sum_squares", {&a}).sum_squares(a); }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "mirror/error.h"
 #include "mirror/ops.h"
@@ -77,6 +78,12 @@ class KernelSet {
                                  const Tensor& sample_ids, Tensor& mask) = 0;
   virtual Tensor dropout_backward(const Tensor& dy, const Tensor& mask) = 0;
   virtual void axpy(double alpha, const Tensor& b, Tensor& a) = 0;
+  /// ops::add_n; the default copies xs[0] and adds the others with axpy.
+  virtual Tensor add_n(const std::vector<Tensor>& xs, bool relu) {
+    Tensor y = xs[0].clone();
+    for (std::size_t i = 1; i < xs.size(); ++i) axpy(1.0, xs[i], y);
+    return relu ? activation_forward(ops::Activation::kRelu, y) : y;
+  }
   virtual void scale(Tensor& a, double alpha) = 0;
   virtual void fill(Tensor& a, double value) = 0;
   virtual double sum_squares(const Tensor& a) = 0;

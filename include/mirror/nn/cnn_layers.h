@@ -123,9 +123,12 @@ class Add : public MergeLayer {
   /// Note [Blocked images] (mirror/ops.h): the sum is blocked when any input is and the output
   /// may be; inputs in the other layout are converted, and so are their gradients.
   bool accepts_blocked_input() const override { return true; }
+  /// Note [BatchNorm and ReLU] (mirror/ops.h): the residual block's ReLU after the sum.
+  bool can_fuse_relu() const override { return true; }
 
  private:
   std::size_t count_ = 0;
+  Tensor relu_y_;  // the sum after the fused ReLU: its mask for backward
   std::vector<std::int64_t> input_blocks_;  // each input's layout (image_block) in forward
   std::int64_t output_block_ = 0;
 };
