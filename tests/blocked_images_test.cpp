@@ -169,17 +169,28 @@ struct Pass {
   std::vector<double> output;
   std::vector<std::vector<double>> grads;
 };
-Pass run(nn::Sequential& m, const Tensor& x) {
+/// `padded`: the last two of the four samples are padding (sample weight 0).
+Pass run(nn::Sequential& m, const Tensor& x, bool padded = false) {
   nn::ForwardContext ctx;
   ctx.training = true;
   ctx.seed = 3;
   ctx.sample_ids = Tensor::from_vector<std::int64_t>({0, 1, 2, 3}, {4});
+  if (padded) ctx.sample_weights = Tensor::from_vector<float>({1, 1, 0, 0}, {4});
   m.zero_grad();
   const Tensor y = m.forward(x, ctx);
   m.backward(ops_test::random(y.shape(), 9, DType::kFloat32));
   Pass p{values(y), {}};
   for (nn::Parameter* param : m.parameters()) p.grads.push_back(values(param->grad));
   return p;
+}
+
+/// The same output and the same bits in every parameter gradient.
+void expect_same(const Pass& with, const Pass& without, nn::Sequential& m) {
+  EXPECT_EQ(with.output, without.output);
+  ASSERT_EQ(with.grads.size(), without.grads.size());
+  for (std::size_t i = 0; i < with.grads.size(); ++i) {
+    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
+  }
 }
 
 TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
@@ -208,11 +219,7 @@ TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
     layer->set_masks_input_relu(false);
   }
   const Pass without = run(m, x);
-  EXPECT_EQ(with.output, without.output);
-  ASSERT_EQ(with.grads.size(), without.grads.size());
-  for (std::size_t i = 0; i < with.grads.size(); ++i) {
-    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
-  }
+  expect_same(with, without, m);
 }
 
 TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
@@ -233,10 +240,7 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   const Pass with = run(m, x);
   m.set_blocked_images(false);
   const Pass without = run(m, x);
-  EXPECT_EQ(with.output, without.output);
-  for (std::size_t i = 0; i < with.grads.size(); ++i) {
-    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
-  }
+  expect_same(with, without, m);
   // BatchNorm given a blocked image but read by Flatten: it computes on the plain image and
   // hands the gradient back blocked.
   nn::Sequential m2;
@@ -250,10 +254,7 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   const Pass with2 = run(m2, x);
   m2.set_blocked_images(false);
   const Pass without2 = run(m2, x);
-  EXPECT_EQ(with2.output, without2.output);
-  for (std::size_t i = 0; i < with2.grads.size(); ++i) {
-    EXPECT_EQ(with2.grads[i], without2.grads[i]) << m2.parameters()[i]->name;
-  }
+  expect_same(with2, without2, m2);
 }
 
 TEST(BlockedImages, ChannelSumsAndAffineMapsGiveThePlainBits) {
@@ -375,31 +376,14 @@ TEST(BlockedImages, TheResNetTrainsTheSameWithAndWithoutThem) {
   }
   const Tensor x = random({4, 1, 28, 28}, 22, DType::kFloat32, 0.0, 1.0);
   const Pass with = run(m, x);
-  // A padded batch (the last two samples are padding): BatchNorm leaves them out of its
-  // statistics and gives them no gradient, on the blocked layout too.
-  nn::ForwardContext padded;
-  padded.sample_weights = Tensor::from_vector<float>({1, 1, 0, 0}, {4});
-  const auto run_padded = [&]() {
-    nn::ForwardContext ctx = padded;
-    ctx.training = true;
-    m.zero_grad();
-    const Tensor y = m.forward(x, ctx);
-    m.backward(ops_test::random(y.shape(), 9, DType::kFloat32));
-    Pass p{values(y), {}};
-    for (nn::Parameter* param : m.parameters()) p.grads.push_back(values(param->grad));
-    return p;
-  };
-  const Pass with_padding = run_padded();
+  // A padded batch: BatchNorm leaves padding out of its statistics and gives it no gradient, on
+  // the blocked layout too.
+  const Pass with_padding = run(m, x, true);
   m.set_blocked_images(false);
   const Pass without = run(m, x);
-  const Pass without_padding = run_padded();
-  EXPECT_EQ(with.output, without.output);
-  EXPECT_EQ(with_padding.output, without_padding.output);
-  ASSERT_EQ(with.grads.size(), without.grads.size());
-  for (std::size_t i = 0; i < with.grads.size(); ++i) {
-    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
-    EXPECT_EQ(with_padding.grads[i], without_padding.grads[i]) << m.parameters()[i]->name;
-  }
+  const Pass without_padding = run(m, x, true);
+  expect_same(with, without, m);
+  expect_same(with_padding, without_padding, m);
 }
 
 TEST(BlockedImages, TheDeviceBatchNormPathConvertsAroundItself) {
@@ -415,10 +399,7 @@ TEST(BlockedImages, TheDeviceBatchNormPathConvertsAroundItself) {
   m.set_blocked_images(false);
   const Pass without = run(m, x);
   nn::force_device_batchnorm(previous);
-  EXPECT_EQ(with.output, without.output);
-  for (std::size_t i = 0; i < with.grads.size(); ++i) {
-    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
-  }
+  expect_same(with, without, m);
 }
 
 TEST(BlockedImages, ALayerThatTakesOnlyPlainImagesRefusesABlockedOne) {
