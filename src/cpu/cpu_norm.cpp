@@ -39,7 +39,7 @@ constexpr int kSumLanes = 32;
 /// Per channel, the maps of one channel_affine / channel_sums call in the tensors' dtype:
 /// out = ka (a' - ca) + kb (b - cb) + k0, then max(out, 0) with `relu`, where a' is a, or
 /// (m(b) > 0 ? a : 0) with a ReLU mask m(b) = mka (b - mca) + mk0 (Note [BatchNorm and ReLU],
-/// ops.h). A dimension is empty when its term is absent. Loops index them by channel.
+/// ops.h). A vector is empty when its term is absent. Loops index them by channel.
 template <class T>
 struct ChannelMaps {
   std::vector<T> ka, ca, kb, cb, k0, mka, mca, mk0;
