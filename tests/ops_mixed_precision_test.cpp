@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "cpu/cpu_kernels.h"
@@ -156,6 +158,85 @@ TEST_F(MixedPrecisionCpu, Bf16ConvolutionsAreTheProductsOfRoundedOperands) {
              MathMode::kBFloat16, 1e-4);
   check_conv({{3, 5, 11, 10}, {6, 5, 3, 2}, ops::Conv2DGeometry::same(11, 10, 3, 2, 2, 2)},
              MathMode::kBFloat16, 1e-4);
+}
+
+/// x with a few values whose rounding to bfloat16 is an edge: ties to even (down and up), a
+/// subnormal, a value that rounds up to the next binade, and a negative tie.
+Tensor with_rounding_edges(Tensor x) {
+  auto v = x.to_vector<float>();
+  const std::uint32_t edges[] = {0x3F808000u, 0x3F818000u, 0x00000123u, 0x3FFFFFFFu, 0xBF838000u};
+  for (std::size_t i = 0; i < std::size(edges); ++i) {
+    float f;
+    std::memcpy(&f, &edges[i], sizeof f);
+    v[i * 7] = f;
+  }
+  return Tensor::from_vector(v, x.shape());
+}
+
+TEST_F(MixedPrecisionCpu, ConvolutionOperandsGiveTheSameBits) {
+  // Note [Convolution operands]: rounding x and dy once (conv2d_operand) and handing the bfloat16
+  // copies to the three convolutions gives the bits of handing them float32 x and dy.
+  const Shape xs{3, 16, 9, 8}, ws{32, 16, 3, 3};
+  const auto g = ops::Conv2DGeometry::same(9, 8, 3, 3, 2, 1);
+  const Tensor x = with_rounding_edges(random(xs, 41, DType::kFloat32));
+  const Tensor w = random(ws, 42, DType::kFloat32), bias = random({32}, 43, DType::kFloat32);
+  const Tensor dy = with_rounding_edges(random({3, 32, 5, 8}, 44, DType::kFloat32));
+  ScopedMathMode mode(MathMode::kBFloat16);
+  for (std::int64_t x_block : {0, 16}) {
+    for (std::int64_t dy_block : {0, 16}) {
+      SCOPED_TRACE("x block " + std::to_string(x_block) + ", dy block " +
+                   std::to_string(dy_block));
+      const Tensor xi = ops::blocked_image(x, x_block), dyi = ops::blocked_image(dy, dy_block);
+      const Tensor xo = ops::conv2d_operand(xi), dyo = ops::conv2d_operand(dyi);
+      EXPECT_EQ(xo.dtype(), DType::kBFloat16);
+      EXPECT_EQ(xo.shape(), (Shape{3, 1, 9, 8, 16}));
+      EXPECT_EQ(dyo.shape(), (Shape{3, 2, 5, 8, 16}));
+      for (bool blocked_out : {false, true}) {
+        EXPECT_EQ(values(ops::plain_image(ops::conv2d_forward(xo, w, bias, g, ops::Activation::kRelu,
+                                                              blocked_out))),
+                  values(ops::plain_image(ops::conv2d_forward(xi, w, bias, g, ops::Activation::kRelu,
+                                                              blocked_out))));
+      }
+      for (std::int64_t dx_block : {0, 16}) {
+        EXPECT_EQ(values(ops::conv2d_backward_data(dyo, w, xs, g, dx_block)),
+                  values(ops::conv2d_backward_data(dyi, w, xs, g, dx_block)));
+      }
+      Tensor dw = random(ws, 45, DType::kFloat32), db = random({32}, 46, DType::kFloat32);
+      Tensor dw_ref = dw.clone(), db_ref = db.clone();
+      ops::conv2d_backward_weights(xo, dyo, dw, db, g);
+      ops::conv2d_backward_weights(xi, dyi, dw_ref, db_ref, g);
+      EXPECT_EQ(values(dw), values(dw_ref));
+      EXPECT_EQ(values(db), values(db_ref));
+    }
+  }
+}
+
+TEST_F(MixedPrecisionCpu, ConvolutionOperandsOnlyWhereTheyHelp) {
+  const Tensor x = random({2, 16, 4, 4}, 47, DType::kFloat32);
+  // Under float32 math, for channels the bfloat16 primitives do not block by 16, and for float64,
+  // the tensor itself comes back.
+  EXPECT_EQ(ops::conv2d_operand(x).raw_data(), x.raw_data());
+  ScopedMathMode mode(MathMode::kBFloat16);
+  const Tensor eight = random({2, 8, 4, 4}, 48, DType::kFloat32);
+  EXPECT_EQ(ops::conv2d_operand(eight).raw_data(), eight.raw_data());
+  const Tensor x64 = random({2, 16, 4, 4}, 49, DType::kFloat64);
+  EXPECT_EQ(ops::conv2d_operand(x64).raw_data(), x64.raw_data());
+  const Tensor operand = ops::conv2d_operand(x);
+  ASSERT_EQ(operand.dtype(), DType::kBFloat16);
+  // An operand is for a float32 convolution only.
+  const auto g = ops::Conv2DGeometry::valid(1, 1);
+  EXPECT_THROW(ops::conv2d_forward(operand, random({4, 16, 3, 3}, 50, DType::kFloat64), Tensor(),
+                                   g, ops::Activation::kIdentity, false),
+               InvalidArgument);
+  EXPECT_THROW(ops::conv2d_operand(random({2, 16, 4}, 51, DType::kFloat32)), InvalidArgument);
+  const Tensor w = random({4, 16, 3, 3}, 52, DType::kFloat32);
+  try {
+    ScopedMathMode half(MathMode::kFloat16);
+    ops::conv2d_forward(operand, w, Tensor(), g, ops::Activation::kIdentity, false);
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("mixed_float16"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MixedPrecisionFp16, ConvolutionsAndGemmRoundOperandsToHalf) {

@@ -94,6 +94,19 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
 Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
                             const Conv2DGeometry& g, std::int64_t block);
 
+// Note [Convolution operands]: under MathMode::kBFloat16 the CPU's convolution primitives read
+// bfloat16 images, and a float32 image was rounded by a reorder at every use: a convolution's
+// input twice (forward, weight gradient) and its output gradient twice (input and weight
+// gradients). In the ResNet's mixed_bfloat16 step that was 57 reorders, 3.4 ms. conv2d_operand
+// rounds once, into the layout the primitives read, a bfloat16 blocked image
+// [N, C/16, H, W, 16]; conv2d_forward and conv2d_backward_weights take it as x, and
+// conv2d_backward_data and conv2d_backward_weights as dy. The rounding is the reorder the
+// primitives ran themselves, so the results are the same bits. Where that gains nothing (another
+// math mode, backend, dtype, or C not a multiple of 16) t is returned as it is. An operand is for
+// the convolutions only: it is not an activation (no other op takes it) and is not a gradient
+// (dx of conv2d_backward_data is float32 in the layout asked for).
+Tensor conv2d_operand(const Tensor& t);
+
 struct Pool2DGeometry {
   int k_h = 2, k_w = 2;
   int stride_h = 2, stride_w = 2;

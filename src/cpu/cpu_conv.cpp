@@ -96,10 +96,17 @@ tag blocked_tag(std::int64_t block) {
                             std::to_string(block));
   }
 }
-/// An image tensor's own float32 layout: plain NCHW (block 0) or nChw{block}c.
-dnnl::memory::desc image_md(const dnnl::memory::desc& plain, std::int64_t block) {
-  if (block == 0) return plain;
-  return {plain.dims(), dt::f32, blocked_tag(block)};
+/// An image tensor's own layout: plain NCHW (block 0) or nChw{block}c, float32 or (a
+/// convolution operand, Note [Convolution operands] in ops.h) bfloat16.
+dnnl::memory::desc image_md(const dnnl::memory::desc& plain, std::int64_t block,
+                            dt type = dt::f32) {
+  return {plain.dims(), type, block == 0 ? tag::nchw : blocked_tag(block)};
+}
+/// Note [Convolution operands]: whether `t` is a bfloat16 operand made by conv2d_operand.
+bool is_operand(const Tensor& t) { return t.dtype() == DType::kBFloat16; }
+/// The layout of the image tensor `t` as the primitives' boundaries see it.
+dnnl::memory::desc image_md(const dnnl::memory::desc& plain, const Tensor& t) {
+  return image_md(plain, ops::image_block(t), is_operand(t) ? dt::bf16 : dt::f32);
 }
 /// The block of `chosen` when it is an unpadded float32 nChw{b}c that Mirror can hold as a
 /// blocked image, else 0 (the output is then reordered to plain).
@@ -165,11 +172,13 @@ struct Cached {
 template <class Prim>
 using CachedPtr = std::shared_ptr<const Cached<Prim>>;
 
-/// The cache-key suffix for the layouts of an execution's image tensors (Note [Blocked images]).
-std::string layout_key(std::initializer_list<std::int64_t> blocks) {
+/// The cache-key suffix for the layouts of an execution's image tensors (Note [Blocked images]):
+/// each one's block, and whether it is a bfloat16 operand (Note [Convolution operands]).
+std::string layout_key(std::initializer_list<const Tensor*> images, std::int64_t out_block) {
   std::string s = ",layout";
-  for (std::int64_t b : blocks) s += "," + std::to_string(b);
-  return s;
+  for (const Tensor* t : images)
+    s += "," + std::to_string(ops::image_block(*t)) + (is_operand(*t) ? "bf16" : "");
+  return s + "," + std::to_string(out_block);
 }
 
 // Forward: a = src, b = weights (inputs), c = dst (output). Bias stays plain (a vector).
@@ -185,14 +194,13 @@ Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, c
   static PrimitiveCache<std::shared_ptr<const CachedForward>> cache;
   const bool with_bias = bias.defined();
   const dt in = input_type();
-  const std::int64_t x_block = ops::image_block(x);
   const std::string key = d.key("fwd", with_bias, in) + (relu ? ",relu" : ",-") +
-                          layout_key({x_block, blocked_out ? 1 : 0});
+                          layout_key({&x}, blocked_out ? 1 : 0);
   auto e = cache.get(key, [&] {
     auto pd = first_unpadded([&](Layouts l) { return forward_pd(d, with_bias, l, in, relu); },
                              [](const auto& p) { return std::pair(p.src_desc(), p.dst_desc()); });
     const std::int64_t out_block = blocked_out ? image_block_of(pd.dst_desc()) : 0;
-    CachedForward c{{pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
+    CachedForward c{{pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x), pd.src_desc()),
                      dnnl_input_boundary(d.weights(), pd.weights_desc()),
                      dnnl_output_boundary(image_md(d.dst(), out_block), pd.dst_desc())},
                     out_block};
@@ -215,8 +223,7 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
   using Prim = dnnl::convolution_backward_data;
   static PrimitiveCache<CachedPtr<Prim>> cache;
   const dt in = input_type();
-  const std::int64_t dy_block = ops::image_block(dy);
-  auto e = cache.get(d.key("bwd_data", false, in) + layout_key({dy_block, block}), [&] {
+  auto e = cache.get(d.key("bwd_data", false, in) + layout_key({&dy}, block), [&] {
     auto make = [&](Layouts l) {
       Prim::desc desc(dnnl::algorithm::convolution_direct, activation(d.src(), l),
                       weights_in(d.weights(), l, in), activation(d.dst(), l, in), d.strides(),
@@ -227,7 +234,7 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.diff_src_desc(), p.diff_dst_desc()); });
     return std::make_shared<const Cached<Prim>>(Cached<Prim>{
-        pd, Prim(pd), dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
+        pd, Prim(pd), dnnl_input_boundary(image_md(d.dst(), dy), pd.diff_dst_desc()),
         dnnl_input_boundary(d.weights(), pd.weights_desc()),
         dnnl_output_boundary(image_md(d.src(), block), pd.diff_src_desc())});
   });
@@ -253,8 +260,7 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
   static PrimitiveCache<std::shared_ptr<const CachedBackwardWeights>> cache;
   const bool with_bias = dbias.defined();
   const dt in = input_type();
-  const std::int64_t x_block = ops::image_block(x), dy_block = ops::image_block(dy);
-  auto e = cache.get(d.key("bwd_w", with_bias, in) + layout_key({x_block, dy_block}), [&] {
+  auto e = cache.get(d.key("bwd_w", with_bias, in) + layout_key({&x, &dy}, 0), [&] {
     auto make = [&](Layouts l) {
       const auto alg = dnnl::algorithm::convolution_direct;
       const auto src = activation(d.src(), l, in), weights = weights_in(d.weights(), l),
@@ -268,8 +274,8 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.src_desc(), p.diff_dst_desc()); });
     CachedBackwardWeights c{
-        {pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x_block), pd.src_desc()),
-         dnnl_input_boundary(image_md(d.dst(), dy_block), pd.diff_dst_desc()),
+        {pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x), pd.src_desc()),
+         dnnl_input_boundary(image_md(d.dst(), dy), pd.diff_dst_desc()),
          dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
         {}};
     if (with_bias) c.bias = dnnl_output_boundary(d.bias(), pd.diff_bias_desc(), true);
@@ -399,9 +405,23 @@ void require_plain(const Tensor& t, const char* op) {
 }
 
 /// dispatch.cpp compares only some dtypes; mixing float32 and float64 here would misread memory.
+/// A bfloat16 operand stands in for float32 (Note [Convolution operands]).
 void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  if (b.defined()) require_dtype(b, a.dtype(), op, "every tensor (like the first)");
+  const DType want = is_operand(a) ? DType::kFloat32 : a.dtype();
+  if (b.defined() && !(is_operand(b) && want == DType::kFloat32))
+    require_dtype(b, want, op, "every tensor (like the first)");
 }
+
+/// Under mixed_float16 the inputs are rounded to fp16 (Note [CPU fp16 emulation]); a bfloat16
+/// operand made under another math mode has no place there.
+Tensor half_input(const Tensor& t, const char* op) {
+  MIRROR_CHECK(!is_operand(t), InvalidArgument,
+               std::string(op) + ": a bfloat16 operand " + t.str() +
+                   " under mixed_float16 math (make operands under the math mode that uses them)");
+  return round_to_half(t);
+}
+
+constexpr std::int64_t kOperandBlock = 16;  // nChw16c: the bfloat16 primitives' layout
 
 }  // namespace
 
@@ -413,15 +433,17 @@ Tensor CpuKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor
 Tensor CpuKernels::conv2d_forward_blocked(const Tensor& x, const Tensor& w, const Tensor& bias,
                                           const ops::Conv2DGeometry& g, ops::Activation act,
                                           bool blocked_out) {
-  require_same_dtype(x, bias, "conv2d_forward");
+  require_same_dtype(w, x, "conv2d_forward");
+  require_same_dtype(w, bias, "conv2d_forward");
   const ConvDims d(ops::image_shape(x), w.shape(), g);
   const bool relu = act == ops::Activation::kRelu;
-  Tensor y = with_float(x, "conv2d_forward", [&](auto t) -> Tensor {
+  Tensor y = with_float(w, "conv2d_forward", [&](auto t) -> Tensor {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16)
-          return conv_forward_dnnl(round_to_half(x), round_to_half(w), bias, d, relu, blocked_out);
+          return conv_forward_dnnl(half_input(x, "conv2d_forward"), round_to_half(w), bias, d,
+                                   relu, blocked_out);
         return conv_forward_dnnl(x, w, bias, d, relu, blocked_out);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_forward " + x.str() + " * " + w.str());
@@ -445,18 +467,19 @@ Tensor CpuKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, const
 Tensor CpuKernels::conv2d_backward_data_blocked(const Tensor& dy, const Tensor& w,
                                                 const Shape& x_shape, const ops::Conv2DGeometry& g,
                                                 std::int64_t block) {
-  require_same_dtype(dy, w, "conv2d_backward_data");
+  require_same_dtype(w, dy, "conv2d_backward_data");
   const ConvDims d(x_shape, w.shape(), g);
   const Shape dy_shape = ops::image_shape(dy);
   MIRROR_CHECK(dy_shape[2] == d.oh && dy_shape[3] == d.ow, InvalidArgument,
                "conv2d_backward_data: dy " + dy.str() + " does not match the output size of x " +
                    shape_str(x_shape) + " and kernel " + w.str());
-  return with_float(dy, "conv2d_backward_data", [&](auto t) -> Tensor {
+  return with_float(w, "conv2d_backward_data", [&](auto t) -> Tensor {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16)
-          return conv_backward_data_dnnl(round_to_half(dy), round_to_half(w), d, block);
+          return conv_backward_data_dnnl(half_input(dy, "conv2d_backward_data"), round_to_half(w),
+                                         d, block);
         return conv_backward_data_dnnl(dy, w, d, block);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_backward_data dy " + dy.str() + ", kernel " + w.str());
@@ -472,9 +495,9 @@ Tensor CpuKernels::conv2d_backward_data_blocked(const Tensor& dy, const Tensor& 
 
 void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw,
                                          Tensor& dbias, const ops::Conv2DGeometry& g) {
-  require_same_dtype(x, dy, "conv2d_backward_weights");
-  require_same_dtype(x, dw, "conv2d_backward_weights");
-  require_same_dtype(x, dbias, "conv2d_backward_weights");
+  require_same_dtype(dw, x, "conv2d_backward_weights");
+  require_same_dtype(dw, dy, "conv2d_backward_weights");
+  require_same_dtype(dw, dbias, "conv2d_backward_weights");
   MIRROR_CHECK(
       !dbias.defined() || (dbias.rank() == 1 && dbias.dim(0) == dw.dim(0)), InvalidArgument,
       "conv2d_backward_weights: dbias " + dbias.str() + " does not match kernel " + dw.str());
@@ -483,12 +506,13 @@ void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
   MIRROR_CHECK(dy_shape[2] == d.oh && dy_shape[3] == d.ow && dy_shape[0] == d.n, InvalidArgument,
                "conv2d_backward_weights: dy " + dy.str() + " does not match x " + x.str() +
                    " and kernel " + dw.str());
-  with_float(x, "conv2d_backward_weights", [&](auto t) {
+  with_float(dw, "conv2d_backward_weights", [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16) {
-          conv_backward_weights_dnnl(round_to_half(x), round_to_half(dy), dw, dbias, d);
+          conv_backward_weights_dnnl(half_input(x, "conv2d_backward_weights"),
+                                     half_input(dy, "conv2d_backward_weights"), dw, dbias, d);
           return;
         }
         conv_backward_weights_dnnl(x, dy, dw, dbias, d);
@@ -501,6 +525,29 @@ void CpuKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
       conv_backward_weights_ref<T>(x, dy, dw, dbias, d);
     }
   });
+}
+
+Tensor CpuKernels::conv2d_operand(const Tensor& t) {
+  if (math_mode() != MathMode::kBFloat16 || t.dtype() != DType::kFloat32) return t;
+  const Shape s = ops::image_shape(t);
+  if (s[1] % kOperandBlock != 0) return t;  // the primitives pick another layout: nothing to gain
+  const dnnl::memory::desc plain{{s[0], s[1], s[2], s[3]}, dt::f32, tag::nchw};
+  static PrimitiveCache<std::shared_ptr<const DnnlBoundary>> cache;
+  const std::int64_t from_block = ops::image_block(t);
+  std::string key = "operand";
+  for (std::int64_t v : s) key += "," + std::to_string(v);
+  const auto boundary = cache.get(key + "," + std::to_string(from_block), [&] {
+    return std::make_shared<const DnnlBoundary>(dnnl_input_boundary(
+        image_md(plain, from_block), image_md(plain, kOperandBlock, dt::bf16)));
+  });
+  Tensor out = Tensor::empty({s[0], s[1] / kOperandBlock, s[2], s[3], kOperandBlock},
+                             DType::kBFloat16, t.device());
+  try {
+    DnnlRun(t.device()).reorder(*boundary, t, out);
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "conv2d_operand " + t.str());
+  }
+  return out;
 }
 
 }  // namespace mirror::cpu

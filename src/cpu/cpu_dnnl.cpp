@@ -121,6 +121,13 @@ void DnnlRun::execute(const dnnl::primitive& prim, const dnnl::memory::desc& scr
   dnnl_stream().wait();
 }
 
+void DnnlRun::reorder(const DnnlBoundary& b, const Tensor& from, const Tensor& to) {
+  MIRROR_CHECK(b.reorders(), Error, "DnnlRun::reorder: the boundary has no reorder");
+  run(b.reorder, b.reorder_scratch,
+      {{DNNL_ARG_FROM, dnnl_memory(b.plain, from)}, {DNNL_ARG_TO, dnnl_memory(b.chosen, to)}});
+  dnnl_stream().wait();
+}
+
 void rethrow_dnnl(const dnnl::error& e, const std::string& what) {
   throw Error(what + ": oneDNN reported '" + e.what() + "' (status " +
               std::to_string(static_cast<int>(e.status)) +

@@ -84,6 +84,9 @@ class DnnlRun {
   void output(int arg, const DnnlBoundary& b, const Tensor& t);
   /// Runs `prim` with a scratchpad of `scratch_md`, then the output reorders, and waits.
   void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch_md);
+  /// Runs input boundary `b`'s reorder alone, from `from` (its plain layout) into `to` (its
+  /// chosen layout), and waits: a copy a caller keeps and hands to primitives later.
+  void reorder(const DnnlBoundary& b, const Tensor& from, const Tensor& to);
 
  private:
   dnnl::memory buffer(const dnnl::memory::desc& md);

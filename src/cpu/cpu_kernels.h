@@ -43,6 +43,7 @@ class CpuKernels final : public KernelSet {
                                       const ops::Conv2DGeometry& g, std::int64_t block) override;
   Tensor maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DGeometry& g,
                                    bool blocked_out) override;
+  Tensor conv2d_operand(const Tensor& t) override;
   Tensor image_to_plain(const Tensor& x) override;
   Tensor image_to_blocked(const Tensor& x, std::int64_t block) override;
   Tensor maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,

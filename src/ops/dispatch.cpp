@@ -133,14 +133,21 @@ void require_blocked_support(KernelSet& k, std::initializer_list<const Tensor*> 
   }
 }
 
+/// Note [Convolution operands]: a bfloat16 blocked image that conv2d_operand made for a float32
+/// convolution stands in for x or dy.
+bool is_conv_operand(const Tensor& t, DType kernel_dtype) {
+  return t.dtype() == DType::kBFloat16 && image_block(t) > 0 && kernel_dtype == DType::kFloat32;
+}
+
 void check_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                         const Conv2DGeometry& g) {
   require_groups(w, g, "conv2d_forward");
   const Shape xs = image_shape(x);
-  MIRROR_REQUIRE(
-      xs.size() == 4 && w.rank() == 4 && xs[1] == w.dim(1) * g.groups && x.dtype() == w.dtype(),
-      "conv2d_forward",
-      "input " + x.str() + " and kernel " + w.str() + " disagree (NCHW and OIHW expected)");
+  MIRROR_REQUIRE(xs.size() == 4 && w.rank() == 4 && xs[1] == w.dim(1) * g.groups &&
+                     (x.dtype() == w.dtype() || is_conv_operand(x, w.dtype())),
+                 "conv2d_forward",
+                 "input " + x.str() + " and kernel " + w.str() +
+                     " disagree (NCHW and OIHW expected)");
   MIRROR_REQUIRE(image_block(x) == 0 || g.groups == 1, "conv2d_forward",
                  "a blocked input " + x.str() + " needs an ungrouped kernel");
   MIRROR_REQUIRE(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == w.dim(0)), "conv2d_forward",
@@ -148,7 +155,7 @@ void check_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
   MIRROR_REQUIRE(g.out_h(static_cast<int>(xs[2]), static_cast<int>(w.dim(2))) > 0 &&
                      g.out_w(static_cast<int>(xs[3]), static_cast<int>(w.dim(3))) > 0,
                  "conv2d_forward", "kernel larger than the padded input " + x.str());
-  require_float(x, "conv2d_forward");
+  if (!is_conv_operand(x, w.dtype())) require_float(x, "conv2d_forward");
 }
 
 void check_conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shape,
@@ -157,7 +164,8 @@ void check_conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_
   const Shape ds = image_shape(dy);
   MIRROR_REQUIRE(
       ds.size() == 4 && w.rank() == 4 && x_shape.size() == 4 && ds[1] == w.dim(0) &&
-          x_shape[1] == w.dim(1) * g.groups && (image_block(dy) == 0 || g.groups == 1),
+          x_shape[1] == w.dim(1) * g.groups && (image_block(dy) == 0 || g.groups == 1) &&
+          (dy.dtype() == w.dtype() || is_conv_operand(dy, w.dtype())),
       "conv2d_backward_data",
       "dy " + dy.str() + ", kernel " + w.str() + ", x " + shape_str(x_shape) + " disagree");
 }
@@ -232,10 +240,20 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
   const Shape xs = image_shape(x), ds = image_shape(dy);
   MIRROR_REQUIRE(xs.size() == 4 && ds.size() == 4 && dw.rank() == 4 && dw.dim(0) == ds[1] &&
                      dw.dim(1) * g.groups == xs[1] &&
+                     (x.dtype() == dw.dtype() || is_conv_operand(x, dw.dtype())) &&
+                     (dy.dtype() == dw.dtype() || is_conv_operand(dy, dw.dtype())) &&
                      (g.groups == 1 || (image_block(x) == 0 && image_block(dy) == 0)),
                  "conv2d_backward_weights",
                  "x " + x.str() + ", dy " + dy.str() + ", dw " + dw.str() + " disagree");
   k.conv2d_backward_weights(x, dy, dw, dbias, g);
+}
+
+Tensor conv2d_operand(const Tensor& t) {
+  KernelSet& k = backend("conv2d_operand", {&t});
+  require_blocked_support(k, {&t}, "conv2d_operand");
+  const Shape s = image_shape(t);
+  MIRROR_REQUIRE(s.size() == 4, "conv2d_operand", "expected an image [N, C, H, W], got " + t.str());
+  return k.conv2d_operand(t);
 }
 
 Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_out) {

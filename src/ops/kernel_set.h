@@ -65,6 +65,8 @@ class KernelSet {
     throw InvalidArgument(std::string("the ") + name() + " backend has no blocked images, asked " +
                           "to block " + x.str());
   }
+  /// Note [Convolution operands] (ops.h): the default keeps t as it is.
+  virtual Tensor conv2d_operand(const Tensor& t) { return t; }
   /// Note [ReLU through max pool] (src/cpu/cpu_pool.cpp): the max pool's input gradient with
   /// the ReLU mask of its input applied. The default runs the two ops.
   virtual Tensor maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
