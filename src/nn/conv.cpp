@@ -58,12 +58,9 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
 Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
   MIRROR_CHECK(kernel_.value.defined(), InvalidArgument, name() + " (conv2d): used before build");
   detail::check_image_input(*this, x, input_shape_, dtype_);
-  // Note [Convolution operands] (mirror/ops.h): rounded once for forward and the weight gradient.
-  const Tensor operand = ops::conv2d_operand(x);
-  Tensor y = ops::conv2d_forward(operand, kernel_.value, bias_.value, geometry_, act_,
-                                 blocked_output_allowed());
-  x_ = operand;
-  x_block_ = ops::image_block(x);
+  Tensor y =
+      ops::conv2d_forward(x, kernel_.value, bias_.value, geometry_, act_, blocked_output_allowed());
+  x_ = x;
   y_ = y;
   return y;
 }
@@ -73,10 +70,12 @@ Tensor Conv2D::backward(const Tensor& dy) {
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
   // The max pool reading this output applied the ReLU's mask already (relu_masked_by_reader).
   const bool masked = act_ == Activation::kIdentity || relu_masked_by_reader();
+  // Note [Convolution operands] (mirror/ops.h): g is rounded once for both products.
   const Tensor g = ops::conv2d_operand(masked ? dy : ops::activation_backward(act_, y_, dy));
   ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_);
   if (!input_grad_needed()) return {};
-  return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_, x_block_);
+  return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_,
+                                   ops::image_block(x_));
 }
 
 std::vector<Parameter*> Conv2D::parameters() {

@@ -77,8 +77,7 @@ class Conv2D : public Layer {
   DType dtype_ = DType::kFloat32;
   ops::Conv2DGeometry geometry_;
   Parameter kernel_, bias_;
-  Tensor x_, y_;  // x_: the input as the convolutions read it (ops::conv2d_operand)
-  std::int64_t x_block_ = 0;  // the input's own layout, which its gradient takes
+  Tensor x_, y_;
 };
 
 /// Max pooling over pool x pool windows. Input NCHW. kSame pads like TensorFlow (padded
