@@ -1,6 +1,7 @@
 // Element-wise helpers of the CPU communicators.
 #include "distributed/collective_util.h"
 
+#include "cpu/cpu_vector_clones.h"
 #include "math/convert.h"
 #include "mirror/error.h"
 
@@ -89,12 +90,17 @@ void divide_in_place(void* data, std::int64_t n, DType dtype, int divisor) {
   }
 }
 
-void add_half(const std::uint16_t* in, std::uint16_t* inout, std::int64_t n) {
+// The 16-bit loops below widen, add or divide in float and round back with integer bit
+// operations, which give the same bits in every MIRROR_VECTOR_CLONES clone; in the library's
+// baseline SSE2 the bfloat16 sum ran at 0.43 ns per element (1.4 ms for a 12.8 MB bucket's
+// 3.2M), a quarter of the memory's speed, and made --compression bf16 slower than none on the CPU.
+MIRROR_VECTOR_CLONES void add_half(const std::uint16_t* in, std::uint16_t* inout, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
     inout[i] = float_to_half(half_to_float(in[i]) + half_to_float(inout[i]));
 }
 
-void add_bfloat16(const std::uint16_t* in, std::uint16_t* inout, std::int64_t n) {
+MIRROR_VECTOR_CLONES void add_bfloat16(const std::uint16_t* in, std::uint16_t* inout,
+                                       std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
     inout[i] = float_to_bf16(bf16_to_float(in[i]) + bf16_to_float(inout[i]));
 }

@@ -71,6 +71,11 @@ DType wire_dtype(Compression c) {
   return c == Compression::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
 }
 
+/// Whether a bucket travels in 16 bits (Options::compression applies to float32 buckets).
+bool compressed(Compression c, const Tensor& buffer) {
+  return c != Compression::kNone && buffer.dtype() == DType::kFloat32;
+}
+
 void check_batches(const std::vector<data::Batch>& batches, int local_replicas, const char* what) {
   MIRROR_CHECK(static_cast<int>(batches.size()) == local_replicas, InvalidArgument,
                std::string(what) + ": expected one batch per local replica (" +
@@ -165,9 +170,12 @@ void MirroredStrategy::launch_bucket(Replica& r, int b) {
   if (b == 0) launch_train_metrics(r);
   const std::string tag = "step " + std::to_string(r.now->step) + " bucket " + std::to_string(b);
   Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
-  if (options_.compression != Compression::kNone && buffer.dtype() == DType::kFloat32) {
+  if (compressed(options_.compression, buffer)) {
+    // The 16-bit copy is kept from step to step: a new one per step was a new allocation.
     Tensor& wire = r.wire[static_cast<std::size_t>(b)];
-    wire = ops::cast(buffer, wire_dtype(options_.compression));
+    if (!wire.defined())
+      wire = Tensor::empty(buffer.shape(), wire_dtype(options_.compression), buffer.device());
+    ops::cast_into(buffer, wire);
     r.now->works[static_cast<std::size_t>(b)] = r.comm->all_reduce(wire, wire, ReduceOp::kSum, tag);
   } else {
     r.now->works[static_cast<std::size_t>(b)] =
@@ -209,12 +217,12 @@ void MirroredStrategy::finish_buckets(Replica& r) {
     double& done = r.now->done_ms[static_cast<std::size_t>(b)];
     if (done < 0) done = detail::ms_since(r.now->start);
     r.now->timing.buckets.push_back({b, r.now->launched_ms[static_cast<std::size_t>(b)], done});
-    Tensor& wire = r.wire[static_cast<std::size_t>(b)];
-    if (wire.defined()) {
-      Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
-      buffer.copy_from(ops::cast(wire, buffer.dtype()));
-      wire = Tensor();
-    }
+  }
+  // Widened only once every sum has arrived: the communication thread polls at full speed only
+  // while somebody waits, so widening one bucket between the waits left the next one crawling.
+  for (int b = 0; b < n; ++b) {
+    Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
+    if (compressed(options_.compression, buffer)) ops::cast_into(r.wire[static_cast<std::size_t>(b)], buffer);
   }
 }
 

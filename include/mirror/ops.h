@@ -150,6 +150,8 @@ void fill(Tensor& a, double value);
 double sum_squares(const Tensor& a);
 /// Converts between float32 and float16 / bfloat16 (round to nearest even) or float64.
 Tensor cast(const Tensor& a, DType to);
+/// cast(a, out.dtype()) written into out (same shape and device): no new tensor per call.
+void cast_into(const Tensor& a, Tensor& out);
 /// True when every element is finite.
 bool all_finite(const Tensor& a);
 

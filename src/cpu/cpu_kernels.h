@@ -60,6 +60,7 @@ class CpuKernels final : public KernelSet {
   void fill(Tensor& a, double value) override;
   double sum_squares(const Tensor& a) override;
   Tensor cast(const Tensor& a, DType to) override;
+  void cast_into(const Tensor& a, Tensor& out) override;
   bool all_finite(const Tensor& a) override;
   ops::MathSupport math_support(Device device, MathMode mode) override;
 

@@ -327,6 +327,12 @@ void scale(Tensor& a, double alpha) { backend("scale", {&a}).scale(a, alpha); }
 void fill(Tensor& a, double value) { backend("fill", {&a}).fill(a, value); }
 double sum_squares(const Tensor& a) { return backend("sum_squares", {&a}).sum_squares(a); }
 Tensor cast(const Tensor& a, DType to) { return backend("cast", {&a}).cast(a, to); }
+void cast_into(const Tensor& a, Tensor& out) {
+  KernelSet& k = backend("cast_into", {&a, &out});
+  MIRROR_REQUIRE(a.shape() == out.shape(), "cast_into",
+                 "shapes differ: " + a.str() + " into " + out.str());
+  k.cast_into(a, out);
+}
 bool all_finite(const Tensor& a) { return backend("all_finite", {&a}).all_finite(a); }
 MathSupport math_support(Device device, MathMode mode) {
   return kernels_for(device).math_support(device, mode);

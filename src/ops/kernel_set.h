@@ -90,6 +90,8 @@ class KernelSet {
   virtual void fill(Tensor& a, double value) = 0;
   virtual double sum_squares(const Tensor& a) = 0;
   virtual Tensor cast(const Tensor& a, DType to) = 0;
+  /// out = a in out's dtype, written in place. The default casts and copies.
+  virtual void cast_into(const Tensor& a, Tensor& out) { out.copy_from(cast(a, out.dtype())); }
   virtual bool all_finite(const Tensor& a) = 0;
   /// Whether gemm and the convolutions honour `mode` on `device` (ops::math_support). A backend
   /// without mixed-precision kernels says so; it must never run a mode silently in float32.
