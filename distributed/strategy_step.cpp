@@ -222,7 +222,8 @@ void MirroredStrategy::finish_buckets(Replica& r) {
   // while somebody waits, so widening one bucket between the waits left the next one crawling.
   for (int b = 0; b < n; ++b) {
     Tensor& buffer = r.buffers[static_cast<std::size_t>(b)];
-    if (compressed(options_.compression, buffer)) ops::cast_into(r.wire[static_cast<std::size_t>(b)], buffer);
+    if (compressed(options_.compression, buffer))
+      ops::cast_into(r.wire[static_cast<std::size_t>(b)], buffer);
   }
 }
 

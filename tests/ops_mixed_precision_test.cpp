@@ -184,18 +184,17 @@ TEST_F(MixedPrecisionCpu, ConvolutionOperandsGiveTheSameBits) {
   ScopedMathMode mode(MathMode::kBFloat16);
   for (std::int64_t x_block : {0, 16}) {
     for (std::int64_t dy_block : {0, 16}) {
-      SCOPED_TRACE("x block " + std::to_string(x_block) + ", dy block " +
-                   std::to_string(dy_block));
+      SCOPED_TRACE("x block " + std::to_string(x_block) + ", dy block " + std::to_string(dy_block));
       const Tensor xi = ops::blocked_image(x, x_block), dyi = ops::blocked_image(dy, dy_block);
       const Tensor xo = ops::conv2d_operand(xi), dyo = ops::conv2d_operand(dyi);
       EXPECT_EQ(xo.dtype(), DType::kBFloat16);
       EXPECT_EQ(xo.shape(), (Shape{3, 1, 9, 8, 16}));
       EXPECT_EQ(dyo.shape(), (Shape{3, 2, 5, 8, 16}));
       for (bool blocked_out : {false, true}) {
-        EXPECT_EQ(values(ops::plain_image(ops::conv2d_forward(xo, w, bias, g, ops::Activation::kRelu,
-                                                              blocked_out))),
-                  values(ops::plain_image(ops::conv2d_forward(xi, w, bias, g, ops::Activation::kRelu,
-                                                              blocked_out))));
+        EXPECT_EQ(values(ops::plain_image(
+                      ops::conv2d_forward(xo, w, bias, g, ops::Activation::kRelu, blocked_out))),
+                  values(ops::plain_image(
+                      ops::conv2d_forward(xi, w, bias, g, ops::Activation::kRelu, blocked_out))));
       }
       for (std::int64_t dx_block : {0, 16}) {
         EXPECT_EQ(values(ops::conv2d_backward_data(dyo, w, xs, g, dx_block)),
@@ -225,8 +224,8 @@ TEST_F(MixedPrecisionCpu, ConvolutionOperandsOnlyWhereTheyHelp) {
   ASSERT_EQ(operand.dtype(), DType::kBFloat16);
   // An operand is for a float32 convolution only.
   const auto g = ops::Conv2DGeometry::valid(1, 1);
-  EXPECT_THROW(ops::conv2d_forward(operand, random({4, 16, 3, 3}, 50, DType::kFloat64), Tensor(),
-                                   g, ops::Activation::kIdentity, false),
+  EXPECT_THROW(ops::conv2d_forward(operand, random({4, 16, 3, 3}, 50, DType::kFloat64), Tensor(), g,
+                                   ops::Activation::kIdentity, false),
                InvalidArgument);
   EXPECT_THROW(ops::conv2d_operand(random({2, 16, 4}, 51, DType::kFloat32)), InvalidArgument);
   const Tensor w = random({4, 16, 3, 3}, 52, DType::kFloat32);

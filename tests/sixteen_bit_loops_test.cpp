@@ -54,9 +54,9 @@ std::vector<float> edge_values(std::int64_t n) {
                          2.9e-8f,                 // below half the smallest fp16 subnormal
                          1.00048828125f};         // fp16 tie
   for (std::size_t i = 0; i < std::size(edges); ++i) {
-    v[i] = edges[i];                                  // in the first vector body
-    v[v.size() / 2 + i * 3] = edges[i];               // mid-array, off the vector alignment
-    v[v.size() - std::size(edges) + i] = edges[i];    // in the scalar tail
+    v[i] = edges[i];                                // in the first vector body
+    v[v.size() / 2 + i * 3] = edges[i];             // mid-array, off the vector alignment
+    v[v.size() - std::size(edges) + i] = edges[i];  // in the scalar tail
   }
   return v;
 }
@@ -72,7 +72,8 @@ TEST(SixteenBitLoops, CastsGiveTheScalarBits) {
   const Tensor d_back = ops::cast(d, DType::kFloat32);
   for (std::int64_t i = 0; i < kLong; ++i) {
     const float x = v[static_cast<std::size_t>(i)];
-    const std::uint16_t want_b = math::float_to_bfloat16_bits(x), want_h = math::float_to_half_bits(x);
+    const std::uint16_t want_b = math::float_to_bfloat16_bits(x),
+                        want_h = math::float_to_half_bits(x);
     ASSERT_EQ(b.data<BFloat16>()[i].bits, want_b) << i << ": " << x;
     ASSERT_EQ(h.data<Half>()[i].bits, want_h) << i << ": " << x;
     ASSERT_EQ(bits(b_back.data<float>()[i]), bits(math::bfloat16_bits_to_float(want_b))) << i;

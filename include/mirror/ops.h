@@ -98,13 +98,13 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 // bfloat16 images, and each rounds a float32 image by a reorder before it runs. A Conv2D's output
 // gradient is read by two of them (the input and the weight gradients), so it was rounded twice.
 // conv2d_operand rounds once, into the layout the primitives read (a bfloat16 blocked image
-// [N, C/16, H, W, 16]), and conv2d_backward_data and conv2d_backward_weights take the result as dy
-// (conv2d_forward and conv2d_backward_weights take one as x too). The rounding is the reorder the
+// [N, C/16, H, W, 16]); conv2d_backward_data and conv2d_backward_weights take the result as dy,
+// and conv2d_forward and conv2d_backward_weights take one as x. The rounding is the reorder the
 // primitives ran themselves, so the results are the same bits. The layer does not keep a rounded
 // x from forward for the weight gradient: in the ResNet's step that saved 1.3 ms of reorders and
-// cost the weight-gradient primitives 1.55 ms, reading it cold, where a reorder run just before a
-// primitive leaves its output in cache. Where rounding gains nothing (another math
-// mode, backend, dtype, or C not a multiple of 16) t is returned as it is. An operand is for the
+// cost the weight-gradient primitives 1.55 ms, which read it cold (a reorder run just before a
+// primitive leaves its output in cache). Where rounding gains nothing (another math mode,
+// backend, dtype, or C not a multiple of 16) t is returned as it is. An operand is for the
 // convolutions only: no other op takes it, and dx is float32 in the layout asked for.
 Tensor conv2d_operand(const Tensor& t);
 

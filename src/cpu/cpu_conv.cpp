@@ -194,8 +194,8 @@ Tensor conv_forward_dnnl(const Tensor& x, const Tensor& w, const Tensor& bias, c
   static PrimitiveCache<std::shared_ptr<const CachedForward>> cache;
   const bool with_bias = bias.defined();
   const dt in = input_type();
-  const std::string key = d.key("fwd", with_bias, in) + (relu ? ",relu" : ",-") +
-                          layout_key({&x}, blocked_out ? 1 : 0);
+  const std::string key =
+      d.key("fwd", with_bias, in) + (relu ? ",relu" : ",-") + layout_key({&x}, blocked_out ? 1 : 0);
   auto e = cache.get(key, [&] {
     auto pd = first_unpadded([&](Layouts l) { return forward_pd(d, with_bias, l, in, relu); },
                              [](const auto& p) { return std::pair(p.src_desc(), p.dst_desc()); });
@@ -233,10 +233,10 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.diff_src_desc(), p.diff_dst_desc()); });
-    return std::make_shared<const Cached<Prim>>(Cached<Prim>{
-        pd, Prim(pd), dnnl_input_boundary(image_md(d.dst(), dy), pd.diff_dst_desc()),
-        dnnl_input_boundary(d.weights(), pd.weights_desc()),
-        dnnl_output_boundary(image_md(d.src(), block), pd.diff_src_desc())});
+    return std::make_shared<const Cached<Prim>>(
+        Cached<Prim>{pd, Prim(pd), dnnl_input_boundary(image_md(d.dst(), dy), pd.diff_dst_desc()),
+                     dnnl_input_boundary(d.weights(), pd.weights_desc()),
+                     dnnl_output_boundary(image_md(d.src(), block), pd.diff_src_desc())});
   });
   Tensor dx = image_tensor(d.src(), block, dy.device());
   DnnlRun run(dy.device());
@@ -273,11 +273,10 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.src_desc(), p.diff_dst_desc()); });
-    CachedBackwardWeights c{
-        {pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x), pd.src_desc()),
-         dnnl_input_boundary(image_md(d.dst(), dy), pd.diff_dst_desc()),
-         dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
-        {}};
+    CachedBackwardWeights c{{pd, Prim(pd), dnnl_input_boundary(image_md(d.src(), x), pd.src_desc()),
+                             dnnl_input_boundary(image_md(d.dst(), dy), pd.diff_dst_desc()),
+                             dnnl_output_boundary(d.weights(), pd.diff_weights_desc(), true)},
+                            {}};
     if (with_bias) c.bias = dnnl_output_boundary(d.bias(), pd.diff_bias_desc(), true);
     return std::make_shared<const CachedBackwardWeights>(std::move(c));
   });
@@ -442,8 +441,8 @@ Tensor CpuKernels::conv2d_forward_blocked(const Tensor& x, const Tensor& w, cons
     if constexpr (std::is_same_v<T, float>) {
       try {
         if (math_mode() == MathMode::kFloat16)
-          return conv_forward_dnnl(half_input(x, "conv2d_forward"), round_to_half(w), bias, d,
-                                   relu, blocked_out);
+          return conv_forward_dnnl(half_input(x, "conv2d_forward"), round_to_half(w), bias, d, relu,
+                                   blocked_out);
         return conv_forward_dnnl(x, w, bias, d, relu, blocked_out);
       } catch (const dnnl::error& e) {
         rethrow_dnnl(e, "conv2d_forward " + x.str() + " * " + w.str());
@@ -537,8 +536,8 @@ Tensor CpuKernels::conv2d_operand(const Tensor& t) {
   std::string key = "operand";
   for (std::int64_t v : s) key += "," + std::to_string(v);
   const auto boundary = cache.get(key + "," + std::to_string(from_block), [&] {
-    return std::make_shared<const DnnlBoundary>(dnnl_input_boundary(
-        image_md(plain, from_block), image_md(plain, kOperandBlock, dt::bf16)));
+    return std::make_shared<const DnnlBoundary>(
+        dnnl_input_boundary(image_md(plain, from_block), image_md(plain, kOperandBlock, dt::bf16)));
   });
   Tensor out = Tensor::empty({s[0], s[1] / kOperandBlock, s[2], s[3], kOperandBlock},
                              DType::kBFloat16, t.device());

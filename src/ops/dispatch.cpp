@@ -143,11 +143,11 @@ void check_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                         const Conv2DGeometry& g) {
   require_groups(w, g, "conv2d_forward");
   const Shape xs = image_shape(x);
-  MIRROR_REQUIRE(xs.size() == 4 && w.rank() == 4 && xs[1] == w.dim(1) * g.groups &&
-                     (x.dtype() == w.dtype() || is_conv_operand(x, w.dtype())),
-                 "conv2d_forward",
-                 "input " + x.str() + " and kernel " + w.str() +
-                     " disagree (NCHW and OIHW expected)");
+  MIRROR_REQUIRE(
+      xs.size() == 4 && w.rank() == 4 && xs[1] == w.dim(1) * g.groups &&
+          (x.dtype() == w.dtype() || is_conv_operand(x, w.dtype())),
+      "conv2d_forward",
+      "input " + x.str() + " and kernel " + w.str() + " disagree (NCHW and OIHW expected)");
   MIRROR_REQUIRE(image_block(x) == 0 || g.groups == 1, "conv2d_forward",
                  "a blocked input " + x.str() + " needs an ungrouped kernel");
   MIRROR_REQUIRE(!bias.defined() || (bias.rank() == 1 && bias.dim(0) == w.dim(0)), "conv2d_forward",
