@@ -14,12 +14,16 @@
 #include "mirror/nn/models.h"
 #include "mirror/nn/sequential.h"
 #include "mirror/ops.h"
+#include "model_pass_util.h"
 #include "ops_test_util.h"
 
 namespace mirror {
 namespace {
 
+using ops_test::expect_same_pass;
+using ops_test::Pass;
 using ops_test::random;
+using ops_test::run_pass;
 using ops_test::values;
 
 /// A plain float32 NCHW tensor in the blocked layout (block b), built index by index.
@@ -165,34 +169,6 @@ TEST(BlockedImages, ABackendWithoutThemOrAPlainOnlyOpRefusesABlockedTensor) {
 }
 
 /// Runs one forward and backward and returns the loss-free outputs and every gradient.
-struct Pass {
-  std::vector<double> output;
-  std::vector<std::vector<double>> grads;
-};
-/// `padded`: the last two of the four samples are padding (sample weight 0).
-Pass run(nn::Sequential& m, const Tensor& x, bool padded = false) {
-  nn::ForwardContext ctx;
-  ctx.training = true;
-  ctx.seed = 3;
-  ctx.sample_ids = Tensor::from_vector<std::int64_t>({0, 1, 2, 3}, {4});
-  if (padded) ctx.sample_weights = Tensor::from_vector<float>({1, 1, 0, 0}, {4});
-  m.zero_grad();
-  const Tensor y = m.forward(x, ctx);
-  m.backward(ops_test::random(y.shape(), 9, DType::kFloat32));
-  Pass p{values(y), {}};
-  for (nn::Parameter* param : m.parameters()) p.grads.push_back(values(param->grad));
-  return p;
-}
-
-/// The same output and the same bits in every parameter gradient.
-void expect_same(const Pass& with, const Pass& without, nn::Sequential& m) {
-  EXPECT_EQ(with.output, without.output);
-  ASSERT_EQ(with.grads.size(), without.grads.size());
-  for (std::size_t i = 0; i < with.grads.size(); ++i) {
-    EXPECT_EQ(with.grads[i], without.grads[i]) << m.parameters()[i]->name;
-  }
-}
-
 TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
   nn::Sequential m = nn::make_cnn();
   const Tensor x = random({4, 1, 28, 28}, 21, DType::kFloat32, 0.0, 1.0);
@@ -210,7 +186,7 @@ TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
   EXPECT_EQ(masked_by_reader,
             (std::vector<bool>{true, false, true, false, false, false, false, false}));
   EXPECT_EQ(masks_input, (std::vector<bool>{false, true, false, true, false, false, false, false}));
-  const Pass with = run(m, x);
+  const Pass with = run_pass(m, x);
   // Without blocked images and with the ReLUs' own backward passes: the same bits.
   m.set_blocked_images(false);
   for (auto& layer : m.layers()) {
@@ -218,8 +194,8 @@ TEST(BlockedImages, TheCnnTrainsTheSameWithAndWithoutThem) {
     layer->set_relu_masked_by_reader(false);
     layer->set_masks_input_relu(false);
   }
-  const Pass without = run(m, x);
-  expect_same(with, without, m);
+  const Pass without = run_pass(m, x);
+  expect_same_pass(with, without, m);
 }
 
 TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
@@ -237,10 +213,10 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   for (auto& layer : m.layers()) allowed.push_back(layer->blocked_output_allowed());
   EXPECT_EQ(allowed, (std::vector<bool>{true, true, true, false, false, false}));
   const Tensor x = random({4, 3, 8, 8}, 2, DType::kFloat32);
-  const Pass with = run(m, x);
+  const Pass with = run_pass(m, x);
   m.set_blocked_images(false);
-  const Pass without = run(m, x);
-  expect_same(with, without, m);
+  const Pass without = run_pass(m, x);
+  expect_same_pass(with, without, m);
   // BatchNorm given a blocked image but read by Flatten: it computes on the plain image and
   // hands the gradient back blocked.
   nn::Sequential m2;
@@ -251,10 +227,10 @@ TEST(BlockedImages, OnlyOutputsEveryReaderAcceptsAreBlocked) {
   m2.build({3, 8, 8}, 1);
   EXPECT_TRUE(m2.layers()[0]->blocked_output_allowed());
   EXPECT_FALSE(m2.layers()[1]->blocked_output_allowed());
-  const Pass with2 = run(m2, x);
+  const Pass with2 = run_pass(m2, x);
   m2.set_blocked_images(false);
-  const Pass without2 = run(m2, x);
-  expect_same(with2, without2, m2);
+  const Pass without2 = run_pass(m2, x);
+  expect_same_pass(with2, without2, m2);
 }
 
 TEST(BlockedImages, ChannelSumsAndAffineMapsGiveThePlainBits) {
@@ -375,15 +351,15 @@ TEST(BlockedImages, TheResNetTrainsTheSameWithAndWithoutThem) {
     EXPECT_EQ(layers[i]->blocked_output_allowed(), !tail) << layers[i]->name();
   }
   const Tensor x = random({4, 1, 28, 28}, 22, DType::kFloat32, 0.0, 1.0);
-  const Pass with = run(m, x);
+  const Pass with = run_pass(m, x);
   // A padded batch: BatchNorm leaves padding out of its statistics and gives it no gradient, on
   // the blocked layout too.
-  const Pass with_padding = run(m, x, true);
+  const Pass with_padding = run_pass(m, x, true, true);
   m.set_blocked_images(false);
-  const Pass without = run(m, x);
-  const Pass without_padding = run(m, x, true);
-  expect_same(with, without, m);
-  expect_same(with_padding, without_padding, m);
+  const Pass without = run_pass(m, x);
+  const Pass without_padding = run_pass(m, x, true, true);
+  expect_same_pass(with, without, m);
+  expect_same_pass(with_padding, without_padding, m);
 }
 
 TEST(BlockedImages, TheDeviceBatchNormPathConvertsAroundItself) {
@@ -395,11 +371,11 @@ TEST(BlockedImages, TheDeviceBatchNormPathConvertsAroundItself) {
     if (auto* bn = dynamic_cast<nn::BatchNormalization*>(layer.get())) bn->set_synchronized(true);
   }
   const Tensor x = random({4, 1, 28, 28}, 23, DType::kFloat32, 0.0, 1.0);
-  const Pass with = run(m, x);
+  const Pass with = run_pass(m, x);
   m.set_blocked_images(false);
-  const Pass without = run(m, x);
+  const Pass without = run_pass(m, x);
   nn::force_device_batchnorm(previous);
-  expect_same(with, without, m);
+  expect_same_pass(with, without, m);
 }
 
 TEST(BlockedImages, ALayerThatTakesOnlyPlainImagesRefusesABlockedOne) {

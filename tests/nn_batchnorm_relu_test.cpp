@@ -15,12 +15,16 @@
 #include "mirror/nn/models.h"
 #include "mirror/nn/sequential.h"
 #include "mirror/ops.h"
+#include "model_pass_util.h"
 #include "ops_test_util.h"
 
 namespace mirror {
 namespace {
 
+using ops_test::expect_same_pass;
+using ops_test::Pass;
 using ops_test::random;
+using ops_test::run_pass;
 using ops_test::values;
 
 /// Per-channel maps with a zero offset on every third channel, so that an element equal to the
@@ -154,26 +158,6 @@ TEST(BatchNormRelu, OnlyALayerWhoseOneReaderIsAReluIsPaired) {
   EXPECT_EQ(done, (std::vector<std::size_t>{2, 6}));
 }
 
-struct Pass {
-  std::vector<double> output;
-  std::vector<std::vector<double>> grads;
-};
-
-/// One forward and backward (training or not; the last two samples padding when `padded`).
-Pass run(nn::Sequential& m, const Tensor& x, bool training, bool padded) {
-  nn::ForwardContext ctx;
-  ctx.training = training;
-  ctx.seed = 3;
-  ctx.sample_ids = Tensor::from_vector<std::int64_t>({0, 1, 2, 3}, {4});
-  if (padded) ctx.sample_weights = Tensor::from_vector<float>({1, 1, 0, 0}, {4});
-  m.zero_grad();
-  const Tensor y = m.forward(x, ctx);
-  m.backward(random(y.shape(), 9, DType::kFloat32));
-  Pass p{values(y), {}};
-  for (nn::Parameter* param : m.parameters()) p.grads.push_back(values(param->grad));
-  return p;
-}
-
 /// Undoes Sequential's pairs: each ReLU runs as its own layer again.
 void unpair(nn::Sequential& m) {
   for (auto& layer : m.layers()) {
@@ -205,13 +189,9 @@ TEST(BatchNormRelu, TheResNetTrainsAndPredictsTheSameWithAndWithoutThePairs) {
       for (const bool padded : {false, true}) {
         SCOPED_TRACE(std::string(blocked ? "blocked" : "plain") +
                      (training ? " training" : " inference") + (padded ? " padded" : ""));
-        const Pass with = run(paired, x, training, padded);
-        const Pass without = run(apart, x, training, padded);
-        EXPECT_EQ(with.output, without.output);
-        ASSERT_EQ(with.grads.size(), without.grads.size());
-        for (std::size_t i = 0; i < without.grads.size(); ++i) {
-          EXPECT_EQ(with.grads[i], without.grads[i]) << paired.parameters()[i]->name;
-        }
+        const Pass with = run_pass(paired, x, training, padded);
+        const Pass without = run_pass(apart, x, training, padded);
+        expect_same_pass(with, without, paired);
       }
     }
   }
@@ -228,13 +208,10 @@ TEST(BatchNormRelu, TheDeviceBatchNormPathRunsThePairedReluAsAnOp) {
       if (auto* bn = dynamic_cast<nn::BatchNormalization*>(layer.get())) bn->set_synchronized(true);
     }
   }
-  const Pass with = run(paired, x, true, false);
-  const Pass without = run(apart, x, true, false);
+  const Pass with = run_pass(paired, x);
+  const Pass without = run_pass(apart, x);
   nn::force_device_batchnorm(previous);
-  EXPECT_EQ(with.output, without.output);
-  for (std::size_t i = 0; i < with.grads.size(); ++i) {
-    EXPECT_EQ(with.grads[i], without.grads[i]) << paired.parameters()[i]->name;
-  }
+  expect_same_pass(with, without, paired);
 }
 
 }  // namespace
