@@ -51,6 +51,7 @@ class FakeReplicaSum final : public ReplicaSum {
 struct Outcome {
   std::vector<float> y, dx, gamma_grad, beta_grad, moving_mean, moving_variance;
   int host_calls = 0, device_calls = 0;
+  bool ran_on_device = false;
 };
 
 Tensor values(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
@@ -61,10 +62,12 @@ Tensor values(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
   return Tensor::from_vector(v, shape);
 }
 
-/// Two training steps (forward, backward) of one synchronized BN layer on `input` [N, ...].
-Outcome run(bool device_path, const Shape& input, const std::vector<float>& weights, bool sum) {
+/// Two training steps (forward, backward) of one BN layer on `input` [N, ...], synchronized
+/// unless `synchronized` is false.
+Outcome run(bool device_path, const Shape& input, const std::vector<float>& weights, bool sum,
+            bool synchronized = true) {
   DevicePath path(device_path);
-  BatchNormalization bn(0.9, 1e-3, true, true, /*synchronized=*/true);
+  BatchNormalization bn(0.9, 1e-3, true, true, synchronized);
   bn.set_name("bn");
   InitRng rng(1);
   const Shape per_sample(input.begin() + 1, input.end());
@@ -82,6 +85,7 @@ Outcome run(bool device_path, const Shape& input, const std::vector<float>& weig
     }
     const Tensor x = values(input, 10 + step, 2.0f);
     out.y = bn.forward(x, ctx).to_vector<float>();
+    out.ran_on_device = bn.ran_on_device();
     out.dx = bn.backward(values(input, 20 + step)).to_vector<float>();
   }
   out.gamma_grad = bn.parameters()[0]->grad.to_vector<float>();
@@ -127,6 +131,28 @@ TEST(DeviceBatchNorm, MatchesTheHostPathBitForBit) {
       EXPECT_EQ(device.device_calls, sum ? 4 : 0);
       EXPECT_EQ(device.host_calls, 0);
     }
+  }
+}
+
+// An unsynchronized layer takes the device path too (a GPU's step then never waits inside BN),
+// with the host path's results, and never calls the replica sum even when one is there.
+TEST(DeviceBatchNorm, UnsynchronizedLayersMatchTheHostPathAndSumNothing) {
+  const std::vector<Case> cases = {
+      {"images", {4, 3, 5, 5}, {}},
+      {"images with padding", {4, 3, 5, 5}, {1, 1, 0, 1}},
+      {"features with padding", {6, 7}, {1, 0.5f, 1, 1, 0, 0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Outcome host = run(false, c.input, c.weights, /*sum=*/true, /*synchronized=*/false);
+    const Outcome device = run(true, c.input, c.weights, /*sum=*/true, /*synchronized=*/false);
+    expect_same(host, device);
+    EXPECT_FALSE(host.ran_on_device);
+    EXPECT_TRUE(device.ran_on_device);
+    EXPECT_EQ(host.host_calls + host.device_calls, 0);
+    EXPECT_EQ(device.host_calls + device.device_calls, 0);
+    // And the same as a synchronized layer with no other replica.
+    expect_same(run(false, c.input, c.weights, /*sum=*/false), device);
   }
 }
 

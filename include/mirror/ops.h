@@ -216,7 +216,9 @@ Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
 /// Note [Device batch norm]: BatchNormalization's training step with everything on the tensors'
 /// device: its statistics, their sum over the replicas (synchronized BatchNorm: the ReplicaSum
 /// sums a device tensor, nn/layer.h) and the normalisation, and the same in backward. A GPU
-/// replica then never waits on the host inside a BN layer: its host thread only enqueues. The
+/// replica then never waits on the host inside a BN layer: its host thread only enqueues. Every
+/// BN layer training on a GPU takes this path, synchronized or not (the host path's read-back of
+/// the statistics made the ResNet's GPU step wait for the device 128 times). The
 /// arithmetic is the layer's host path (nn/norm.cpp), coefficient for coefficient
 /// (src/math/batchnorm.h); the CPU implements the same ops (tests compare the two paths).
 /// Tensors: `x` [N, ...] seen as `v` (Note [Channel view]); `weights` float32 [N] (weight > 0: a

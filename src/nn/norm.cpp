@@ -133,7 +133,9 @@ Tensor BatchNormalization::normalize(const Tensor& x, ForwardContext& ctx) {
   batch_stats_ = ctx.training;
   replica_sum_ = ctx.training && synchronized_ ? ctx.replica_sum : nullptr;
   mask_.clear();
-  device_path_ = ctx.training && synchronized_ && on_device_path(x.device());
+  // Every training step on a GPU, synchronized or not: the host path reads the statistics back
+  // (a wait for the device in each pass of each layer).
+  device_path_ = ctx.training && on_device_path(x.device());
   device_block_ = device_path_ ? v.block : 0;
   if (device_path_ && device_block_ > 0) {
     // The device path's kernels take plain images: convert around it.

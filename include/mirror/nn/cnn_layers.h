@@ -28,8 +28,8 @@ namespace mirror::nn {
 /// one replica with batch R*b computes (docs/architecture.md invariant 2). Unsynchronized, each
 /// replica normalises its own shard; the strategy averages the moving statistics across replicas
 /// at the end of every step so they never drift.
-/// Synchronized and training on a GPU, the layer runs Note [Device batch norm] (mirror/ops.h):
-/// statistics, their replica sum and the normalisation stay on the device.
+/// Training on a GPU (synchronized or not), the layer runs Note [Device batch norm]
+/// (mirror/ops.h): statistics, their replica sum and the normalisation stay on the device.
 class BatchNormalization : public Layer {
  public:
   BatchNormalization(double momentum = 0.99, double epsilon = 1e-3, bool center = true,
@@ -43,6 +43,8 @@ class BatchNormalization : public Layer {
   nlohmann::json config() const override;
   bool synchronized() const { return synchronized_; }
   void set_synchronized(bool on) { synchronized_ = on; }
+  /// Whether the last forward ran Note [Device batch norm]'s device path.
+  bool ran_on_device() const { return device_path_; }
   /// Note [Blocked images] (mirror/ops.h): an image's statistics and normalisation run on the
   /// blocked layout as they are (ChannelView::block) when the output may be blocked; otherwise
   /// on the plain image.
@@ -83,7 +85,7 @@ class BatchNormalization : public Layer {
   Tensor backward_on_device(const Tensor& dy);
 };
 
-/// Tests: run synchronized BatchNormalization's device path (Note [Device batch norm]) on every
+/// Tests: run BatchNormalization's training device path (Note [Device batch norm]) on every
 /// device, the CPU included, instead of on GPUs only. Returns the previous setting.
 bool force_device_batchnorm(bool on);
 
