@@ -299,19 +299,29 @@ ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d,
   (void)workspace_size(ctx, d, dir, fallback.algo, fallback.math_type, &fallback.workspace);
   const AlgoChoice choice = choose_algo(found, allowed_math(), workspace_budget(ctx), fallback);
   if (!choice.note.empty()) warn(op, p, choice.note);
-  it->second = {choice.algo, choice.math_type};
+  // A candidate's workspace came from cudnnGet*WorkspaceSize above (the fallback's is asked
+  // again, with its error, by conv_workspace).
+  it->second = {choice.algo, choice.math_type, choice.workspace, !choice.fallback};
   return it->second;
 }
 
 /// The workspace of `algo` (updated in place), with its math type set on the descriptor for the
 /// run: should allocating it fail, the shape falls back to the direction's fallback algorithm
-/// from now on, with a warning.
+/// from now on, with a warning. Its size is asked of cuDNN once per shape (ConvAlgo::sized).
 Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
                       ConvAlgo& algo, std::size_t& bytes, const char* op) {
   const Device device = Device::cuda(ctx.device());
-  MIRROR_CHECK(workspace_size(ctx, d, dir, algo.algo, algo.math_type, &bytes), InvalidArgument,
-               std::string(op) + ": cuDNN does not support " + algo_name(dir, algo.algo) +
-                   " for this problem");
+  if (algo.sized) {
+    set_math(d, algo.math_type);
+  } else {
+    MIRROR_CHECK(workspace_size(ctx, d, dir, algo.algo, algo.math_type, &algo.workspace),
+                 InvalidArgument,
+                 std::string(op) + ": cuDNN does not support " + algo_name(dir, algo.algo) +
+                     " for this problem");
+    algo.sized = true;
+    ctx.conv_algos()[key(dir, p)] = algo;
+  }
+  bytes = algo.workspace;
   if (bytes == 0) return {};
   try {
     return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8, device);
