@@ -1,18 +1,21 @@
 // step-bench: times one training step (forward, loss, backward, Adam update) of the reference
-// models on the CPU, median of --steps timed steps after --warmup, and prints ms/step. The
-// PyTorch twin is bench/step_torch.py; scripts/bench_step.sh runs both side by side.
+// models on the CPU (or, with --device gpu, on the first GPU), median of --steps timed steps
+// after --warmup, and prints ms/step. The PyTorch twin is bench/step_torch.py;
+// scripts/bench_step.sh runs both side by side.
 #include <omp.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
+#include "backend.h"
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
 #include "mirror/ops.h"
@@ -39,6 +42,7 @@ double median(std::vector<double> v) {
 
 struct Result {
   double median_ms, min_ms, median_cpu_ms;
+  double median_host_ms;  // until the host has queued the whole step (a GPU's runs on after)
   std::uint64_t steady_backend_allocs;
 };
 
@@ -73,38 +77,59 @@ void print_profile(nn::Sequential& model, const std::string& label, double loss_
   std::printf("sum of the rows %.3f ms; the timed steps' median %.3f ms\n", sum, median_ms);
 }
 
-Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps, bool profile,
-                  bool blocked_images) {
+/// How the profile times a GPU's layers (Sequential's LayerTimes): their host calls only, or each
+/// between two waits for the device (what the layer costs when nothing overlaps it).
+enum class Profile { kOff, kHost, kDevice };
+
+Result time_model(const bench::BenchModel& bm, Device device, int batch, int warmup, int steps,
+                  Profile profile, bool blocked_images) {
   // Each timing starts from an empty cache: blocks cached for the previous model's sizes made
   // the next one measurably slower (--images both ran its second layout 10 % slow).
-  allocator_for(Device::cpu()).release_cached();
-  nn::Sequential model = nn::make_model(bm.spec, DType::kFloat32, Device::cpu(), 1);
+  allocator_for(device).release_cached();
+  nn::Sequential model = nn::make_model(bm.spec, DType::kFloat32, device, 1);
   model.set_blocked_images(blocked_images);
   // Synthetic data shaped like the model's input, fixed for every step (the data path is not
-  // part of what is measured).
-  const data::Batch b = bench::bench_batch(*bm.data, 0, 1, batch, 0);
+  // part of what is measured), on the model's device.
+  data::Batch b = bench::bench_batch(*bm.data, 0, 1, batch, 0);
+  b.inputs = b.inputs.to(device);
+  b.labels = b.labels.to(device);
+  if (b.weights.defined()) b.weights = b.weights.to(device);
+  if (b.sample_ids.defined()) b.sample_ids = b.sample_ids.to(device);  // dropout's seeds
   optim::Adam adam;
+  // A GPU runs the queued work after the host returns: the step ends when the device is done.
+  auto wait_for_device = [&] {
+    if (device.is_cuda()) kernels_for(device).synchronize(device);
+  };
+  std::function<void()> fence;  // around the loss and the optimizer when profiling the device
 
   double loss_ms = 0, optimizer_ms = 0;  // summed over the profiled steps
+  double host_ms = 0;                    // the last step's, until its work was queued
   auto step = [&] {
     nn::ForwardContext ctx;
     ctx.training = true;
     ctx.seed = static_cast<std::uint64_t>(adam.steps());
     ctx.sample_ids = b.sample_ids;
     ctx.lengths = b.lengths;
+    const auto begin = std::chrono::steady_clock::now();
     model.zero_grad();
     const Tensor logits = model.forward(b.inputs, ctx);
+    if (fence) fence();
     auto t0 = std::chrono::steady_clock::now();
     const ops::LossResult r = ops::softmax_cross_entropy(logits, b.labels, b.weights, batch);
+    if (fence) fence();
     loss_ms += ms_since(t0);
     model.backward(r.dlogits);
+    if (fence) fence();
     t0 = std::chrono::steady_clock::now();
     adam.step(model.parameters(), 1e-3);
+    if (fence) fence();
     optimizer_ms += ms_since(t0);
+    host_ms = ms_since(begin);
+    wait_for_device();
   };
   for (int i = 0; i < warmup; ++i) step();
-  const auto allocs = allocator_for(Device::cpu()).stats().backend_allocs;
-  std::vector<double> ms, cpu;
+  const auto allocs = allocator_for(device).stats().backend_allocs;
+  std::vector<double> ms, cpu, host;
   for (int i = 0; i < steps; ++i) {
     const double c0 = cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
@@ -112,17 +137,23 @@ Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps,
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     cpu.push_back(cpu_ms() - c0);
+    host.push_back(host_ms);
   }
   const Result result{median(ms), *std::min_element(ms.begin(), ms.end()), median(cpu),
-                      allocator_for(Device::cpu()).stats().backend_allocs - allocs};
-  if (profile) {
+                      median(host), allocator_for(device).stats().backend_allocs - allocs};
+  if (profile != Profile::kOff) {
     nn::LayerTimes times;
+    if (profile == Profile::kDevice) times.fence = fence = wait_for_device;
     model.set_layer_times(&times);
     loss_ms = optimizer_ms = 0;
     for (int i = 0; i < steps; ++i) step();
     model.set_layer_times(nullptr);
-    print_profile(model, bm.label, loss_ms / steps, optimizer_ms / steps, times, steps,
-                  result.median_ms);
+    fence = nullptr;
+    print_profile(model,
+                  bm.label + (!device.is_cuda()           ? ""
+                              : profile == Profile::kHost ? ", GPU: the host's calls only"
+                                                          : ", GPU: each row waits for the device"),
+                  loss_ms / steps, optimizer_ms / steps, times, steps, result.median_ms);
   }
   return result;
 }
@@ -131,7 +162,8 @@ Result time_model(const bench::BenchModel& bm, int batch, int warmup, int steps,
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string models, spec_file, precision = "float32", images = "blocked";
+  std::string models, spec_file, precision = "float32", images = "blocked", device_name = "cpu";
+  std::string profile_name = "host";
   int batch = 64, warmup = 3, steps = 20, threads = 1;
   bool profile = false;
   po::options_description opts(
@@ -148,6 +180,13 @@ int main(int argc, char** argv) {
       "threads", po::value(&threads)->default_value(1), "OpenMP / oneDNN threads")(
       "profile", po::bool_switch(&profile),
       "then time --steps more steps layer by layer and print where the time goes")(
+      "profile-gpu", po::value(&profile_name)->default_value(profile_name),
+      "with --device gpu: host (time each layer's host calls only: what queuing its work "
+      "costs), device (wait for the device around each layer: its cost with nothing "
+      "overlapping) or both")(
+      "device", po::value(&device_name)->default_value(device_name),
+      "cpu | gpu (the first GPU; the model computes in float32 there, the math mode picks the "
+      "convolutions' tensor-core math)")(
       "precision", po::value(&precision)->default_value(precision),
       "float32 | mixed_bfloat16 | mixed_float16 (the math mode of the products; no loss scaling)")(
       "images", po::value(&images)->default_value(images),
@@ -170,6 +209,15 @@ int main(int argc, char** argv) {
     std::cerr << "step-bench: --images must be blocked, plain or both, got '" << images << "'\n";
     return 2;
   }
+  if (device_name != "cpu" && device_name != "gpu") {
+    std::cerr << "step-bench: --device must be cpu or gpu, got '" << device_name << "'\n";
+    return 2;
+  }
+  if (profile_name != "host" && profile_name != "device" && profile_name != "both") {
+    std::cerr << "step-bench: --profile-gpu must be host, device or both, got '" << profile_name
+              << "'\n";
+    return 2;
+  }
   if (batch < 1 || steps < 1 || warmup < 0 || threads < 1) {
     std::cerr << "step-bench: batch, steps and threads must be >= 1, warmup >= 0\n";
     return 2;
@@ -178,7 +226,8 @@ int main(int argc, char** argv) {
   try {
     const Precision policy = parse_precision(precision);
     const MathMode mode = math_mode_of(policy);
-    const ops::MathSupport support = ops::math_support(Device::cpu(), mode);
+    const Device device = device_name == "gpu" ? Device::cuda(0) : Device::cpu();
+    const ops::MathSupport support = ops::math_support(device, mode);
     MIRROR_CHECK(support.missing.empty(), InvalidArgument, support.missing);
     if (!support.fallback.empty())
       std::fprintf(stderr, "step-bench: note: %s\n", support.fallback.c_str());
@@ -196,14 +245,28 @@ int main(int argc, char** argv) {
     for (const bench::BenchModel& m : list) {
       double sum[2] = {0, 0};
       for (bool blocked : layouts) {
-        const Result r = time_model(m, batch, warmup, steps, profile, blocked);
+        std::vector<Profile> profiles;  // one timing per profile (the first one's is printed)
+        if (!profile) {
+          profiles = {Profile::kOff};
+        } else if (!device.is_cuda()) {
+          profiles = {Profile::kHost};
+        } else {
+          if (profile_name != "device") profiles.push_back(Profile::kHost);
+          if (profile_name != "host") profiles.push_back(Profile::kDevice);
+        }
+        const Result r = time_model(m, device, batch, warmup, steps, profiles[0], blocked);
+        for (std::size_t k = 1; k < profiles.size(); ++k)
+          (void)time_model(m, device, batch, warmup, steps, profiles[k], blocked);
         sum[blocked] += r.median_ms;
+        char host[64] = "";  // a GPU's step: when the host had queued all of it
+        if (device.is_cuda())
+          std::snprintf(host, sizeof host, ", host done queuing after %.2f ms", r.median_host_ms);
         std::printf(
-            "mirror %s %s batch=%d threads=%d%s: median %.2f ms/step (min %.2f, cpu %.2f ms/step, "
-            "%d steps, %llu backend allocations while timed)\n",
-            m.label.c_str(), precision.c_str(), batch, threads,
+            "mirror %s %s%s batch=%d threads=%d%s: median %.2f ms/step (min %.2f, cpu %.2f "
+            "ms/step%s, %d steps, %llu backend allocations while timed)\n",
+            m.label.c_str(), precision.c_str(), device.is_cuda() ? " gpu" : "", batch, threads,
             images == "both" ? (blocked ? " blocked" : " plain") : "", r.median_ms, r.min_ms,
-            r.median_cpu_ms, steps, static_cast<unsigned long long>(r.steady_backend_allocs));
+            r.median_cpu_ms, host, steps, static_cast<unsigned long long>(r.steady_backend_allocs));
         std::fflush(stdout);
       }
       if (images == "both")

@@ -429,6 +429,14 @@ step bench-train-gpu-gru gpu 150 mirror-bench train --model gru-rows "${bench_co
 step bench-train-gpu-resnet gpu 150 mirror-bench train --model resnet "${bench_common[@]}" --json "$logs/bench-resnet.json"
 step bench-train-gpu-cnn-bf16 gpu 150 mirror-bench train --model cnn --precision mixed_bfloat16 "${bench_common[@]}" --json "$logs/bench-cnn-bf16.json"
 step bench-train-gpu-resnet-bf16 gpu 150 mirror-bench train --model resnet --precision mixed_bfloat16 "${bench_common[@]}" --json "$logs/bench-resnet-bf16.json"
+# Where the step's host time goes: step-bench times each layer's host calls (what queuing its
+# work costs), then each layer between two waits for the device (its cost with nothing
+# overlapping), against the step's median and the time the host took to queue the whole step.
+host_profile_logs=()
+step host-profile-gpu-resnet gpu 120 step-bench --device gpu --model resnet --batch 64 --steps 20 --warmup 5 --threads 4 --profile --profile-gpu both
+[ "${step_status[host-profile-gpu-resnet]}" = PASS ] && host_profile_logs+=("$last_log")
+step host-profile-gpu-cnn gpu 90 step-bench --device gpu --model cnn --batch 64 --steps 20 --warmup 5 --threads 4 --profile --profile-gpu both
+[ "${step_status[host-profile-gpu-cnn]}" = PASS ] && host_profile_logs+=("$last_log")
 torch_logs=()
 # PyTorch runs in the machine's own environment, not the kit's library path.
 step torch-step-gpu "gpu torch" 180 env PATH="$orig_path" LD_LIBRARY_PATH="$orig_ld" \
@@ -492,6 +500,11 @@ fi
 for f in "${profile_logs[@]}"; do
   say ""
   say "kernel time by kernel, $(basename "$f" .log | sed 's/^[0-9]*-//') (ncu gpu__time_duration; scripts/gpu_kernel_times.py):"
+  grep -v -E '^\$ |^\[exit ' "$f" | tee -a "$summary"
+done
+for f in "${host_profile_logs[@]}"; do
+  say ""
+  say "host and device time by layer, $(basename "$f" .log | sed 's/^[0-9]*-//') (step-bench --device gpu --profile --profile-gpu both):"
   grep -v -E '^\$ |^\[exit ' "$f" | tee -a "$summary"
 done
 if [ "${step_status[nccl-allreduce-1rank]}" = PASS ]; then

@@ -46,7 +46,7 @@ done
 die() { echo "gpu_kit: $*" >&2; exit 1; }
 trap 'echo "gpu_kit: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 limit_mib=64
-programs=(mirror-train mirror-bench mirror-doctor)
+programs=(mirror-train mirror-bench mirror-doctor step-bench)
 gpu_tests=()
 for src in "$root"/tests/gpu/*_test.cpp; do gpu_tests+=("$(basename "$src" .cpp)"); done
 # The GPU machine brings these (pip wheels / CUDA toolkit / driver): never carried.

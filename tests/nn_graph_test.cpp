@@ -126,6 +126,28 @@ TEST(ModelGraph, GradReadyHookFiresInReverseLayerOrder) {
                                       "conv2d_3/kernel", "conv2d_2/kernel", "conv2d_1/kernel"}));
 }
 
+// step-bench --profile-gpu device: the fence runs right before each layer's clock starts and
+// right before it stops, in both passes, and detaching the times stops it.
+TEST(ModelGraph, LayerTimesFenceEachLayerInBothPasses) {
+  Sequential m = residual_model();
+  const std::size_t layers = m.layers().size();
+  LayerTimes times;
+  int fences = 0;
+  times.fence = [&] { ++fences; };
+  m.set_layer_times(&times);
+  ForwardContext ctx;
+  const Tensor y = m.forward(random_tensor({2, 2, 4, 4}, 4), ctx);
+  EXPECT_EQ(fences, static_cast<int>(2 * layers));
+  m.backward(random_tensor(y.shape(), 3));
+  EXPECT_EQ(fences, static_cast<int>(4 * layers));
+  EXPECT_EQ(times.forwards, 1);
+  EXPECT_EQ(times.backwards, 1);
+  ASSERT_EQ(times.forward_ms.size(), layers);
+  ASSERT_EQ(times.backward_ms.size(), layers);
+  m.set_layer_times(nullptr);
+  (void)m.forward(random_tensor({2, 2, 4, 4}, 4), ctx);
+  EXPECT_EQ(fences, static_cast<int>(4 * layers));
+}
 TEST(ModelGraph, SetUpErrors) {
   {
     Sequential m;

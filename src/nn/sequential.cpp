@@ -188,8 +188,10 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
     }
     if (unmasked_input) ctx.lengths.clear();
     auto* merge = dynamic_cast<MergeLayer*>(layers_[i].get());
+    fence_times();
     const auto start = std::chrono::steady_clock::now();
     outputs_[i] = merge ? merge->forward_inputs(xs, ctx) : layers_[i]->forward(xs[0], ctx);
+    fence_times();
     if (times_) times_->forward_ms[i] += ms_since(start);
     // A sequence turned into something without a time axis has no lengths any more.
     if (outputs_[i].rank() < 3 && xs[0].rank() >= 3) ctx.lengths.clear();
@@ -206,6 +208,10 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
   outputs_.back() = Tensor{};
   if (times_) ++times_->forwards;
   return y;
+}
+
+void Sequential::fence_times() const {
+  if (times_ && times_->fence) times_->fence();
 }
 
 void Sequential::prepare_times() {
@@ -248,6 +254,7 @@ void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) 
                        "it does not propagate one");
       continue;
     }
+    fence_times();
     const auto start = std::chrono::steady_clock::now();
     if (auto* merge = dynamic_cast<MergeLayer*>(&layer)) {
       const std::vector<Tensor> dxs = merge->backward_inputs(dy);
@@ -255,6 +262,7 @@ void Sequential::backward(const Tensor& dlogits, const GradReadyHook& on_ready) 
     } else {
       accumulate_grad(inputs_[i][0], layer.backward(dy));
     }
+    fence_times();
     if (times_) times_->backward_ms[i] += ms_since(start);
     // Note [Gradient-ready hook]: once a layer's backward returns, no later (lower) layer
     // touches its gradients, so a bucket holding them may start its all-reduce now.

@@ -76,4 +76,19 @@ for row in conv2d_1 max_pooling2d_1 conv2d_2 max_pooling2d_2 flatten_1 dense_1 d
 done
 grep -q "^sum of the rows [0-9.]* ms; the timed steps' median [0-9.]* ms" "$work/profile.txt" ||
   fail "the profile has no sum line"
+# step-bench --device / --profile-gpu: bad values are refused (exit 2) naming the flag; a GPU
+# where none can be used is an error with the reason (exit 1), never a silent CPU run.
+for args in "--device tpu" "--profile-gpu sometimes"; do
+  rc=0
+  "$build/bin/step-bench" --model cnn --steps 1 $args >"$work/bad-step.txt" 2>&1 || rc=$?
+  [ "$rc" = 2 ] && grep -q -- "${args%% *}" "$work/bad-step.txt" ||
+    fail "step-bench $args: exit $rc, $(cat "$work/bad-step.txt")"
+done
+"$build/bin/mirror-doctor" --json >"$work/doctor.json" 2>/dev/null || true
+if ! grep -q '"usable": *true' "$work/doctor.json"; then
+  rc=0
+  "$build/bin/step-bench" --model cnn --steps 1 --warmup 0 --batch 4 --device gpu >"$work/nogpu.txt" 2>&1 || rc=$?
+  [ "$rc" = 1 ] && grep -q "GPU" "$work/nogpu.txt" ||
+    fail "step-bench --device gpu without a GPU: exit $rc, $(cat "$work/nogpu.txt")"
+fi
 echo "PASS"

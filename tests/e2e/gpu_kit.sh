@@ -102,7 +102,7 @@ for f in gpu_check.sh mirror-kit.tar.gz BUILD_INFO.txt README.txt; do
   [[ -s "$work/kit/$f" ]] || fail "the kit lacks $f"
 done
 tar -tzf "$work/kit/mirror-kit.tar.gz" >"$work/contents.txt"
-for f in bin/mirror-train bin/mirror-bench bin/mirror-doctor lib/libdnnl.so.2 lib/libmpi.so.40 \
+for f in bin/mirror-train bin/mirror-bench bin/mirror-doctor bin/step-bench lib/libdnnl.so.2 lib/libmpi.so.40 \
          ompi/bin/orted bench/step_torch.py launch/mirrorrun; do
   grep -qx "mirror-kit/$f" "$work/contents.txt" || fail "the kit lacks $f"
 done

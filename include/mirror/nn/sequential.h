@@ -15,10 +15,12 @@ namespace mirror::nn {
 
 /// Per-layer wall time of forward and backward, in ms summed over the calls made while it is
 /// attached (Sequential::set_layer_times): the profile of step-bench --profile. A backend that
-/// runs asynchronously (CUDA) is timed up to its launch, not its completion.
+/// runs asynchronously (CUDA) is timed up to its launch, not its completion, unless `fence`
+/// waits for the device: it is called before each layer's clock starts and before it stops.
 struct LayerTimes {
   std::vector<double> forward_ms, backward_ms;  // per layer, in layer order
   int forwards = 0, backwards = 0;              // calls timed
+  std::function<void()> fence;                  // empty: time the host's calls only
 };
 
 class Sequential {
@@ -95,6 +97,7 @@ class Sequential {
  private:
   void accumulate_grad(int index, const Tensor& g);
   void prepare_times();  // sizes times_ to the layers
+  void fence_times() const;  // LayerTimes::fence, when profiling with one
 
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::vector<int>> inputs_;  // per layer (Note [Model graph])
