@@ -38,13 +38,16 @@ bool event_done(cudaEvent_t event);
 /// problem geometry n, c, h, w, o, kh, kw, stride_h, stride_w, pad_h, pad_w.
 using ConvKey = std::array<int, 12>;
 /// A cached convolution choice: the algorithm and the cuDNN math type it runs in (Note
-/// [Algorithm choice], algo_choice.h), and the workspace it needs once that has been asked:
-/// cuDNN 9 takes about 150 us of host time per workspace query, as long as a small kernel runs.
+/// [Algorithm choice], algo_choice.h), the workspace it needs once that has been asked (cuDNN 9
+/// takes about 150 us of host time per workspace query, as long as a small kernel runs), and
+/// the problem's cuDNN descriptors with that math type set (conv.cpp's ConvDescs: made once per
+/// shape and direction, not per call).
 struct ConvAlgo {
   int algo = 0;
   int math_type = 0;
   std::size_t workspace = 0;  // bytes, when `sized`
   bool sized = false;
+  std::shared_ptr<void> descs;
 };
 
 class DeviceContext {

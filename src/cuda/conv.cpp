@@ -284,13 +284,21 @@ void warn(const char* op, const ConvProblem& p, const std::string& note) {
 }
 
 /// The always-available deterministic algorithm of a direction, in FMA math.
-ConvAlgo fallback_of(Dir dir) { return {fallback_algo(dir), static_cast<int>(CUDNN_FMA_MATH)}; }
+ConvAlgo fallback_of(Dir dir) {
+  ConvAlgo a;
+  a.algo = fallback_algo(dir);
+  a.math_type = static_cast<int>(CUDNN_FMA_MATH);
+  return a;
+}
 
-/// Note [Algorithm choice]: the cached algorithm (and math type) of this shape and direction.
-ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
-                   const char* op) {
+/// Note [Algorithm choice]: the cached algorithm (and math type) of this shape and direction,
+/// with the descriptors it runs with (descs_of).
+ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char* op) {
   auto [it, fresh] = ctx.conv_algos().try_emplace(key(dir, p), fallback_of(dir));
   if (!fresh) return it->second;
+  auto descs = std::make_shared<ConvDescs>(p);
+  it->second.descs = descs;  // should the heuristics throw, the fallback runs with them
+  const ConvDescs& d = *descs;
   AlgoCandidate fallback;
   fallback.algo = fallback_algo(dir);
   fallback.math_type = static_cast<int>(CUDNN_FMA_MATH);
@@ -301,19 +309,24 @@ ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d,
   if (!choice.note.empty()) warn(op, p, choice.note);
   // A candidate's workspace came from cudnnGet*WorkspaceSize above (the fallback's is asked
   // again, with its error, by conv_workspace).
-  it->second = {choice.algo, choice.math_type, choice.workspace, !choice.fallback};
+  it->second = {choice.algo, choice.math_type, choice.workspace, !choice.fallback, descs};
+  set_math(d, choice.math_type);  // the queries above left the last candidate's
   return it->second;
 }
 
-/// The workspace of `algo` (updated in place), with its math type set on the descriptor for the
-/// run: should allocating it fail, the shape falls back to the direction's fallback algorithm
-/// from now on, with a warning. Its size is asked of cuDNN once per shape (ConvAlgo::sized).
-Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, const ConvDescs& d, Dir dir,
-                      ConvAlgo& algo, std::size_t& bytes, const char* op) {
+const ConvDescs& descs_of(const ConvAlgo& algo) {
+  return *static_cast<const ConvDescs*>(algo.descs.get());
+}
+
+/// The workspace of `algo` (updated in place), whose descriptors carry its math type: should
+/// allocating it fail, the shape falls back to the direction's fallback algorithm from now on,
+/// with a warning. Its size is asked of cuDNN once per shape (ConvAlgo::sized); the query sets
+/// the math type on the descriptors.
+Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, Dir dir, ConvAlgo& algo,
+                      std::size_t& bytes, const char* op) {
   const Device device = Device::cuda(ctx.device());
-  if (algo.sized) {
-    set_math(d, algo.math_type);
-  } else {
+  const ConvDescs& d = descs_of(algo);
+  if (!algo.sized) {
     MIRROR_CHECK(workspace_size(ctx, d, dir, algo.algo, algo.math_type, &algo.workspace),
                  InvalidArgument,
                  std::string(op) + ": cuDNN does not support " + algo_name(dir, algo.algo) +
@@ -331,9 +344,11 @@ Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, const ConvDescs&
          "the " + algo_bytes(bytes) + " workspace of " + algo_name(dir, algo.algo) +
              " could not be allocated (" + e.what() + "); falling back to " +
              algo_name(dir, fallback_algo(dir)) + " for this shape, which may be slower");
+    std::shared_ptr<void> descs = algo.descs;
     algo = fallback_of(dir);
+    algo.descs = std::move(descs);
     ctx.conv_algos()[key(dir, p)] = algo;
-    return conv_workspace(ctx, p, d, dir, algo, bytes, op);
+    return conv_workspace(ctx, p, dir, algo, bytes, op);
   }
 }
 
@@ -361,13 +376,13 @@ Tensor CudaKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tenso
   const ConvProblem p = plan(x.shape(), w.shape(), g);
   Tensor y = Tensor::empty({p.n, p.o, p.oh, p.ow}, DType::kFloat32, x.device());
   if (p.n == 0) return y;  // cuDNN rejects empty tensors; nothing to compute
-  const ConvDescs d(p);
   const Tensor in = aligned_copy(conv_input(x, p, op.stream()));
   const Tensor wa = aligned_copy(w);
   const char* name = "conv2d_forward";
-  ConvAlgo algo = conv_algo(op.ctx(), p, d, kForward, name);
+  ConvAlgo algo = conv_algo(op.ctx(), p, kForward, name);
+  const ConvDescs& d = descs_of(algo);
   std::size_t bytes = 0;
-  const Tensor ws = conv_workspace(op.ctx(), p, d, kForward, algo, bytes, name);
+  const Tensor ws = conv_workspace(op.ctx(), p, kForward, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
   MIRROR_CUDNN_CHECK(cudnnConvolutionForward(
       op.ctx().cudnn(), &one, d.x, f32(in, name), d.w, f32(wa, name), d.conv,
@@ -382,12 +397,12 @@ Tensor CudaKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, cons
   const ConvProblem p = plan(x_shape, w.shape(), g);
   check_shape(dy, {p.n, p.o, p.oh, p.ow}, "conv2d_backward_data: dy");
   if (p.n == 0) return Tensor::empty(x_shape, DType::kFloat32, dy.device());
-  const ConvDescs d(p);
   Tensor dx_in = Tensor::empty({p.n, p.c, p.h, p.w}, DType::kFloat32, dy.device());
   const char* name = "conv2d_backward_data";
-  ConvAlgo algo = conv_algo(op.ctx(), p, d, kBackwardData, name);
+  ConvAlgo algo = conv_algo(op.ctx(), p, kBackwardData, name);
+  const ConvDescs& d = descs_of(algo);
   std::size_t bytes = 0;
-  const Tensor ws = conv_workspace(op.ctx(), p, d, kBackwardData, algo, bytes, name);
+  const Tensor ws = conv_workspace(op.ctx(), p, kBackwardData, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
   const Tensor wa = aligned_copy(w), dya = aligned_copy(dy);
   MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardData(op.ctx().cudnn(), &one, d.w, f32(wa, name), d.y,
@@ -407,12 +422,12 @@ void CudaKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Ten
   const ConvProblem p = plan(x.shape(), dw.shape(), g);
   check_shape(dy, {p.n, p.o, p.oh, p.ow}, "conv2d_backward_weights: dy");
   if (p.n == 0) return;  // an empty batch adds nothing
-  const ConvDescs d(p);
   const Tensor in = aligned_copy(conv_input(x, p, op.stream()));
   const char* name = "conv2d_backward_weights";
-  ConvAlgo algo = conv_algo(op.ctx(), p, d, kBackwardFilter, name);
+  ConvAlgo algo = conv_algo(op.ctx(), p, kBackwardFilter, name);
+  const ConvDescs& d = descs_of(algo);
   std::size_t bytes = 0;
-  const Tensor ws = conv_workspace(op.ctx(), p, d, kBackwardFilter, algo, bytes, name);
+  const Tensor ws = conv_workspace(op.ctx(), p, kBackwardFilter, algo, bytes, name);
   // beta = 1: dw += correlation(x, dy), ops.h's accumulate convention.
   const float one = 1.0f;
   const Tensor dya = aligned_copy(dy);
