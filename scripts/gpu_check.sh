@@ -433,8 +433,12 @@ step bench-train-gpu-resnet-bf16 gpu 150 mirror-bench train --model resnet --pre
 # work costs), then each layer between two waits for the device (its cost with nothing
 # overlapping), against the step's median and the time the host took to queue the whole step.
 host_profile_logs=()
-step host-profile-gpu-resnet gpu 120 step-bench --device gpu --model resnet --batch 64 --steps 20 --warmup 5 --threads 4 --profile --profile-gpu both
+# MIRROR_CUDNN_LOG=1: each convolution shape's choice (graph-API plan or legacy algorithm).
+step host-profile-gpu-resnet gpu 120 env MIRROR_CUDNN_LOG=1 step-bench --device gpu --model resnet --batch 64 --steps 20 --warmup 5 --threads 4 --profile --profile-gpu both
 [ "${step_status[host-profile-gpu-resnet]}" = PASS ] && host_profile_logs+=("$last_log")
+# The same step through cuDNN's legacy convolution API (Note [Convolution plans]), for the ratio.
+step step-gpu-resnet-legacy-api gpu 90 env MIRROR_CUDNN_LEGACY=1 step-bench --device gpu --model resnet --batch 64 --steps 20 --warmup 5 --threads 4
+[ "${step_status[step-gpu-resnet-legacy-api]}" = PASS ] && host_profile_logs+=("$last_log")
 step host-profile-gpu-cnn gpu 90 step-bench --device gpu --model cnn --batch 64 --steps 20 --warmup 5 --threads 4 --profile --profile-gpu both
 [ "${step_status[host-profile-gpu-cnn]}" = PASS ] && host_profile_logs+=("$last_log")
 torch_logs=()

@@ -170,5 +170,29 @@ TEST(ConvAlgoChoice, TheFallbackRunsInFmaMath) {
   EXPECT_EQ(choice.math_type, kFmaMath);
 }
 
+// Note [Convolution plans]: a graph-API engine's notes decide its math and whether it may run.
+TEST(ConvAlgoChoice, EngineNotesGiveTheMathAndRuleOutWhatMirrorNeverRuns) {
+  const AlgoCandidate plain = engine_candidate(0, "engine 1", {});
+  EXPECT_EQ(plain.math, AlgoMath::kFma);
+  EXPECT_TRUE(plain.succeeded && plain.deterministic);
+  EXPECT_EQ(engine_candidate(0, "e", {.tensor_core = true}).math, AlgoMath::kTf32);
+  EXPECT_EQ(engine_candidate(0, "e", {.tensor_core = true, .down_convert = true}).math,
+            AlgoMath::kFp16);
+  EXPECT_EQ(engine_candidate(0, "e", {.reduced_reduction = true}).math, AlgoMath::kFp16);
+  EXPECT_FALSE(engine_candidate(0, "e", {.nondeterministic = true}).deterministic);
+  EXPECT_FALSE(engine_candidate(0, "e", {.runtime_compiled = true}).succeeded);
+  // What each precision policy may take, through choose_algo: the fastest allowed engine.
+  const std::vector<AlgoCandidate> ranked{
+      engine_candidate(0, "fp16", {.tensor_core = true, .down_convert = true}),
+      engine_candidate(1, "tf32", {.tensor_core = true}),
+      engine_candidate(2, "nondeterministic", {.nondeterministic = true}),
+      engine_candidate(3, "rtc", {.runtime_compiled = true}), engine_candidate(4, "fma", {})};
+  AlgoCandidate none;
+  none.algo = -1;
+  EXPECT_EQ(choose_algo(ranked, kFloat32, 0, none).algo, 4);
+  EXPECT_EQ(choose_algo(ranked, kMixedBf16, 0, none).algo, 1);
+  EXPECT_EQ(choose_algo(ranked, kMixedFp16, 0, none).algo, 0);
+}
+
 }  // namespace
 }  // namespace mirror::cuda

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace mirror::cuda {
 
@@ -80,6 +81,32 @@ inline const char* algo_math_name(AlgoMath m) {
       break;
   }
   return "FMA";
+}
+
+/// Note [Convolution plans] (conv_plan.h): what one engine of cuDNN's graph API says of itself,
+/// read from its numerical and behaviour notes.
+struct EngineNotes {
+  bool tensor_core = false;        // CUDNN_NUMERICAL_NOTE_TENSOR_CORE: TF32 on float32 data
+  bool down_convert = false;       // ..._DOWN_CONVERT_INPUTS: operands rounded to 16 bits
+  bool reduced_reduction = false;  // ..._REDUCED_PRECISION_REDUCTION: sums in 16 bits
+  bool nondeterministic = false;   // ..._NONDETERMINISTIC
+  bool runtime_compiled = false;   // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION: built with NVRTC
+};
+
+/// The candidate an engine makes for choose_algo. Its math: fp16 when it rounds the operands or
+/// its sums to 16 bits, TF32 when it uses tensor cores on float32 data, else FMA. A runtime-
+/// compiled engine never qualifies (NVRTC may be missing, and its first build takes seconds):
+/// it is marked as not succeeded.
+inline AlgoCandidate engine_candidate(int index, std::string name, const EngineNotes& n) {
+  AlgoCandidate c;
+  c.algo = index;
+  c.name = std::move(name);
+  c.succeeded = !n.runtime_compiled;
+  c.deterministic = !n.nondeterministic;
+  c.math = n.down_convert || n.reduced_reduction ? AlgoMath::kFp16
+           : n.tensor_core                       ? AlgoMath::kTf32
+                                                 : AlgoMath::kFma;
+  return c;
 }
 
 /// Note [Algorithm choice]. `candidates` in cuDNN's order; `allowed`: the math of the mode in

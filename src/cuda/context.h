@@ -37,17 +37,19 @@ bool event_done(cudaEvent_t event);
 /// Key of the convolution-algorithm cache: kind (0 fwd, 1 bwd data, 2 bwd filter) and the
 /// problem geometry n, c, h, w, o, kh, kw, stride_h, stride_w, pad_h, pad_w.
 using ConvKey = std::array<int, 12>;
-/// A cached convolution choice: the algorithm and the cuDNN math type it runs in (Note
-/// [Algorithm choice], algo_choice.h), the workspace it needs once that has been asked (cuDNN 9
-/// takes about 150 us of host time per workspace query, as long as a small kernel runs), and
-/// the problem's cuDNN descriptors with that math type set (conv.cpp's ConvDescs: made once per
-/// shape and direction, not per call).
+/// A cached convolution choice: the graph-API execution plan (Note [Convolution plans],
+/// conv_plan.h) or, without one, the legacy algorithm and the cuDNN math type it runs in (Note
+/// [Algorithm choice], algo_choice.h); the workspace it needs once that has been asked (cuDNN 9
+/// takes about 150 us of host time per legacy workspace query); and the problem's legacy
+/// descriptors with that math type set (conv.cpp's ConvDescs: made once per shape and
+/// direction, not per call).
 struct ConvAlgo {
   int algo = 0;
   int math_type = 0;
   std::size_t workspace = 0;  // bytes, when `sized`
   bool sized = false;
   std::shared_ptr<void> descs;
+  std::shared_ptr<void> plan;  // non-null: run through the graph API
 };
 
 class DeviceContext {

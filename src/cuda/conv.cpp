@@ -1,5 +1,6 @@
-// Convolution through cuDNN (legacy convolution API, still shipped and supported in cuDNN 9;
-// the graph API would be its successor), max pooling through our kernels (layout.cu).
+// Convolution through cuDNN: a graph-API execution plan per shape and direction (Note
+// [Convolution plans], conv_plan.h), else the legacy convolution API (grouped convolutions, no
+// qualifying engine, MIRROR_CUDNN_LEGACY=1); max pooling through our kernels (layout.cu).
 //
 // Layouts: x NCHW, w OIHW = cuDNN's filter NCHW/KCRS, y NCHW, all fully packed float32; the
 // mode is CUDNN_CROSS_CORRELATION (no kernel flip), as oneDNN and every framework use.
@@ -18,12 +19,14 @@
 // allocates nothing new. Should the cached choice's workspace later fail to allocate (memory
 // filled up since), the shape falls back for good, with a warning, instead of failing.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cuda/algo_choice.h"
+#include "cuda/conv_plan.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
 #include "cuda/math_type.h"
@@ -283,6 +286,11 @@ void warn(const char* op, const ConvProblem& p, const std::string& note) {
                p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, note.c_str());
 }
 
+void log_choice(const char* op, const ConvProblem& p, const std::string& what) {
+  std::fprintf(stderr, "mirror: %s of a %dx%dx%dx%d input, %d filters %dx%d, stride %dx%d: %s\n",
+               op, p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, p.sh, p.sw, what.c_str());
+}
+
 /// The always-available deterministic algorithm of a direction, in FMA math.
 ConvAlgo fallback_of(Dir dir) {
   ConvAlgo a;
@@ -291,14 +299,11 @@ ConvAlgo fallback_of(Dir dir) {
   return a;
 }
 
-/// Note [Algorithm choice]: the cached algorithm (and math type) of this shape and direction,
-/// with the descriptors it runs with (descs_of).
-ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char* op) {
-  auto [it, fresh] = ctx.conv_algos().try_emplace(key(dir, p), fallback_of(dir));
-  if (!fresh) return it->second;
-  auto descs = std::make_shared<ConvDescs>(p);
-  it->second.descs = descs;  // should the heuristics throw, the fallback runs with them
-  const ConvDescs& d = *descs;
+/// Note [Algorithm choice]: the legacy API's algorithm (and math type) for this shape and
+/// direction, run with `descs`.
+ConvAlgo legacy_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char* op,
+                     const std::shared_ptr<void>& descs) {
+  const ConvDescs& d = *static_cast<const ConvDescs*>(descs.get());
   AlgoCandidate fallback;
   fallback.algo = fallback_algo(dir);
   fallback.math_type = static_cast<int>(CUDNN_FMA_MATH);
@@ -309,8 +314,63 @@ ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char
   if (!choice.note.empty()) warn(op, p, choice.note);
   // A candidate's workspace came from cudnnGet*WorkspaceSize above (the fallback's is asked
   // again, with its error, by conv_workspace).
-  it->second = {choice.algo, choice.math_type, choice.workspace, !choice.fallback, descs};
   set_math(d, choice.math_type);  // the queries above left the last candidate's
+  return {choice.algo, choice.math_type, choice.workspace, !choice.fallback, descs, nullptr};
+}
+
+/// Note [Convolution plans]: the graph API's plan for this shape and direction, when there is
+/// one (not for grouped convolutions, nor with MIRROR_CUDNN_LEGACY=1). Should the graph API
+/// itself fail, it is left alone for the rest of the process, with a warning.
+bool planned_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char* op,
+                  ConvAlgo& out) {
+  static std::atomic<bool> broken{false};
+  if (p.groups != 1 || !conv_plans_enabled() || broken.load()) return false;
+  const ConvPlanProblem problem{p.n,  p.c,  p.h,  p.w,  p.o,  p.kh, p.kw,
+                                p.oh, p.ow, p.sh, p.sw, p.ph, p.pw};
+  try {
+    const ConvPlan plan = make_conv_plan(ctx.cudnn(), problem, static_cast<ConvPlanDirection>(dir),
+                                         allowed_math(), workspace_budget(ctx));
+    if (conv_choice_log()) {
+      log_choice(op, p,
+                 plan.plan ? "graph API " + plan.name + ", " + algo_bytes(plan.workspace)
+                           : "no graph-API plan: " + plan.why);
+    }
+    if (!plan.plan) return false;
+    if (!plan.note.empty()) warn(op, p, plan.note);
+    out.plan = plan.plan;
+    out.workspace = plan.workspace;
+    out.sized = true;
+    return true;
+  } catch (const Error& e) {
+    if (!broken.exchange(true)) {
+      std::fprintf(stderr,
+                   "mirror: warning: cuDNN's graph API failed (%s); convolutions use cuDNN's "
+                   "legacy API from now on, which costs more host time per call\n",
+                   e.what());
+    }
+    return false;
+  }
+}
+
+/// The cached choice of this shape and direction: a graph-API plan when one qualifies, else
+/// the legacy algorithm; with the legacy descriptors either way (descs_of).
+ConvAlgo conv_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char* op) {
+  auto [it, fresh] = ctx.conv_algos().try_emplace(key(dir, p), fallback_of(dir));
+  if (!fresh) return it->second;
+  auto descs = std::make_shared<ConvDescs>(p);
+  it->second.descs = descs;  // should a choice below throw, the fallback runs with them
+  ConvAlgo planned;
+  if (planned_algo(ctx, p, dir, op, planned)) {
+    planned.descs = descs;
+    it->second = planned;
+  } else {
+    it->second = legacy_algo(ctx, p, dir, op, descs);
+    if (conv_choice_log()) {
+      log_choice(op, p,
+                 "legacy " + algo_name(dir, it->second.algo) + ", math type " +
+                     std::to_string(it->second.math_type));
+    }
+  }
   return it->second;
 }
 
@@ -339,6 +399,14 @@ Tensor conv_workspace(DeviceContext& ctx, const ConvProblem& p, Dir dir, ConvAlg
   try {
     return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::kUInt8, device);
   } catch (const OutOfMemory& e) {
+    if (algo.plan) {  // the legacy API's choice, within what is left
+      warn(op, p,
+           "the " + algo_bytes(bytes) + " workspace of the graph API's plan could not be " +
+               "allocated (" + e.what() + "); using the legacy API for this shape");
+      algo = legacy_algo(ctx, p, dir, op, algo.descs);
+      ctx.conv_algos()[key(dir, p)] = algo;
+      return conv_workspace(ctx, p, dir, algo, bytes, op);
+    }
     if (algo.algo == fallback_algo(dir)) throw;
     warn(op, p,
          "the " + algo_bytes(bytes) + " workspace of " + algo_name(dir, algo.algo) +
@@ -384,9 +452,14 @@ Tensor CudaKernels::conv2d_forward(const Tensor& x, const Tensor& w, const Tenso
   std::size_t bytes = 0;
   const Tensor ws = conv_workspace(op.ctx(), p, kForward, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
-  MIRROR_CUDNN_CHECK(cudnnConvolutionForward(
-      op.ctx().cudnn(), &one, d.x, f32(in, name), d.w, f32(wa, name), d.conv,
-      static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), ptr(ws), bytes, &zero, d.y, f32(y, name)));
+  if (algo.plan) {
+    run_conv_plan(op.ctx().cudnn(), algo.plan, f32(in, name), f32(wa, name), f32(y, name), ptr(ws));
+  } else {
+    MIRROR_CUDNN_CHECK(cudnnConvolutionForward(op.ctx().cudnn(), &one, d.x, f32(in, name), d.w,
+                                               f32(wa, name), d.conv,
+                                               static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo),
+                                               ptr(ws), bytes, &zero, d.y, f32(y, name)));
+  }
   if (bias.defined()) bias_add(y, bias);
   return y;
 }
@@ -405,10 +478,15 @@ Tensor CudaKernels::conv2d_backward_data(const Tensor& dy, const Tensor& w, cons
   const Tensor ws = conv_workspace(op.ctx(), p, kBackwardData, algo, bytes, name);
   const float one = 1.0f, zero = 0.0f;
   const Tensor wa = aligned_copy(w), dya = aligned_copy(dy);
-  MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardData(op.ctx().cudnn(), &one, d.w, f32(wa, name), d.y,
-                                                  f32(dya, name), d.conv,
-                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo),
-                                                  ptr(ws), bytes, &zero, d.x, f32(dx_in, name)));
+  if (algo.plan) {
+    run_conv_plan(op.ctx().cudnn(), algo.plan, f32(dx_in, name), f32(wa, name), f32(dya, name),
+                  ptr(ws));
+  } else {
+    MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        op.ctx().cudnn(), &one, d.w, f32(wa, name), d.y, f32(dya, name), d.conv,
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), ptr(ws), bytes, &zero, d.x,
+        f32(dx_in, name)));
+  }
   if (!p.explicit_pad) return dx_in;
   Tensor dx = Tensor::empty(x_shape, DType::kFloat32, dy.device());
   const Planes planes{static_cast<std::int64_t>(p.n) * p.c, p.h, p.w, p.in_h, p.in_w};
@@ -432,10 +510,15 @@ void CudaKernels::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Ten
   const float one = 1.0f;
   const Tensor dya = aligned_copy(dy);
   Tensor out = aligned_copy(dw);  // Note [cuDNN alignment]: accumulate in a copy, copy back
-  MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      op.ctx().cudnn(), &one, d.x, f32(in, name), d.y, f32(dya, name), d.conv,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), ptr(ws), bytes, &one, d.w,
-      f32(out, name)));
+  if (algo.plan) {                // the plan accumulates too (beta 1)
+    run_conv_plan(op.ctx().cudnn(), algo.plan, f32(in, name), f32(out, name), f32(dya, name),
+                  ptr(ws));
+  } else {
+    MIRROR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        op.ctx().cudnn(), &one, d.x, f32(in, name), d.y, f32(dya, name), d.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), ptr(ws), bytes, &one, d.w,
+        f32(out, name)));
+  }
   if (!out.shares_storage_with(dw)) dw.copy_from(out);
   if (dbias.defined()) bias_grad(dy, dbias);
 }
