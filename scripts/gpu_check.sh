@@ -474,6 +474,8 @@ san_args=(--tool memcheck --error-exitcode 9 --print-limit 50)
 small_train=(--devices gpu --require-gpu --data synthetic --train-limit 128 --test-limit 32 --batch-size 16 --max-steps 2 --no-progress)
 step memcheck-train-gru-rows "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model gru-rows "${small_train[@]}"
 step memcheck-train-cnn "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model cnn "${small_train[@]}"
+# The ResNet: BatchNorm's device path and the graph-API convolution plans.
+step memcheck-train-resnet "gpu sanitizer" 200 "$sanitizer" "${san_args[@]}" mirror-train --model resnet "${small_train[@]}"
 
 # ---------------------------------------------------------------- side by side
 if [ "${step_status[bench-train-gpu-cnn]}" = PASS ] || ((${#torch_logs[@]})); then
