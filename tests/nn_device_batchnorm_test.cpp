@@ -170,6 +170,9 @@ TEST(DeviceBatchNorm, OpsRejectBadArguments) {
   const ops::ChannelView v{2, 3, 4};
   EXPECT_THROW(ops::batchnorm_statistics(x, Tensor::zeros({3}), v), InvalidArgument);
   EXPECT_THROW(ops::batchnorm_statistics(x, {}, {2, 3, 3}), InvalidArgument);
+  // 24 values of 2 samples seen as 3 rows: a row would straddle two samples.
+  EXPECT_THROW(ops::batchnorm_statistics(x, {}, {3, 2, 4}), InvalidArgument);
+  EXPECT_NO_THROW(ops::batchnorm_statistics(x, {}, {4, 3, 2}));  // 2 rows per sample
   const Tensor stats = ops::batchnorm_statistics(x, {}, v);
   EXPECT_EQ(stats.dtype(), DType::kFloat64);
   EXPECT_EQ(stats.numel(), 7);

@@ -1,7 +1,7 @@
 // CudaKernels' BatchNormalization device path (Note [Device batch norm] in mirror/ops.h): every
 // step is enqueued on the compute stream, nothing is read back, so a replica's host thread never
-// waits inside a BN layer. Kernels: batchnorm.cu, channel_reduce.cu's channel_sums and norm.cu's
-// channel_affine.
+// waits inside a BN layer. Kernels: batchnorm.cu, channel_reduce.cu's channel_moments and
+// channel_sums and norm.cu's channel_affine.
 #include "cuda/batchnorm_kernels.h"
 #include "cuda/channel_reduce.h"
 #include "cuda/cuda_kernels.h"
@@ -25,8 +25,10 @@ Tensor CudaKernels::batchnorm_statistics(const Tensor& x, const Tensor& weights,
   OpScope op(x);
   const char* name = "batchnorm_statistics";
   Tensor stats = doubles(2 * v.channels + 1, x.device());
-  bn_statistics(f32(x, name), optional_f32(weights, name), stats.data<double>(), v, x.dim(0),
-                op.stream());
+  const ChannelSplit split = channel_split(v);
+  Tensor partial = doubles(split.partials(v.channels), x.device());
+  channel_moments(f32(x, name), optional_f32(weights, name), x.dim(0), partial.data<double>(),
+                  stats.data<double>(), v, split, op.stream());
   return stats;
 }
 

@@ -1,6 +1,6 @@
-// The kernels of BatchNormalization's device path (Note [Device batch norm] in mirror/ops.h):
-// masked statistics, and the per-channel coefficient steps between the existing channel_sums
-// (channel_reduce.cu) and channel_affine (norm.cu) kernels. Per-channel arithmetic from
+// The kernels of BatchNormalization's device path (Note [Device batch norm] in mirror/ops.h): the
+// per-channel coefficient steps between channel_reduce.cu's channel_moments (the masked
+// statistics) and channel_sums and norm.cu's channel_affine, and the padding's zeroing. Per-channel arithmetic from
 // src/math/batchnorm.h (Note [Shared math]); reductions in double with a fixed tree
 // (deterministic).
 #include <cstdint>
@@ -11,39 +11,6 @@
 
 namespace mirror::cuda {
 namespace {
-
-__device__ bool real_sample(const float* weights, std::int64_t sample) {
-  return weights == nullptr || weights[sample] > 0.0f;
-}
-
-/// Blocks 0..C-1: one channel's masked sums; block C: the element count.
-__global__ void bn_statistics_kernel(const float* x, const float* weights, double* stats,
-                                     std::int64_t outer, std::int64_t channels, std::int64_t inner,
-                                     std::int64_t samples) {
-  const std::int64_t c = blockIdx.x;
-  const std::int64_t per_sample = outer * channels * inner / samples;
-  double x1 = 0, x2 = 0;
-  if (c < channels) {
-    const std::int64_t count = outer * inner;
-    for (std::int64_t k = threadIdx.x; k < count; k += kThreads) {
-      const std::int64_t at = ((k / inner) * channels + c) * inner + k % inner;
-      if (!real_sample(weights, at / per_sample)) continue;
-      const double a = x[at];
-      x1 += a;
-      x2 += a * a;
-    }
-  } else {
-    for (std::int64_t n = threadIdx.x; n < samples; n += kThreads) x1 += real_sample(weights, n);
-  }
-  block_sum2(x1, x2);
-  if (threadIdx.x != 0) return;
-  if (c < channels) {
-    stats[c] = x1;
-    stats[channels + c] = x2;
-  } else {
-    stats[2 * channels] = x1 * static_cast<double>(per_sample / channels);
-  }
-}
 
 __global__ void bn_normalize_coefficients_kernel(const double* stats, const float* gamma,
                                                  const float* beta, float* moving_mean,
@@ -103,13 +70,6 @@ __global__ void bn_zero_padding_kernel(float* x, const float* weights, std::int6
 }
 
 }  // namespace
-
-void bn_statistics(const float* x, const float* weights, double* stats, const ops::ChannelView& v,
-                   std::int64_t samples, cudaStream_t s) {
-  bn_statistics_kernel<<<static_cast<unsigned>(v.channels + 1), kThreads, 0, s>>>(
-      x, weights, stats, v.outer, v.channels, v.inner, samples);
-  MIRROR_CUDA_CHECK_LAUNCH("bn_statistics_kernel");
-}
 
 void bn_normalize_coefficients(const double* stats, const float* gamma, const float* beta,
                                float* moving_mean, float* moving_variance, double momentum,

@@ -11,10 +11,6 @@
 
 namespace mirror::cuda {
 
-/// stats[c] = sum of x, stats[C + c] = sum of x^2 over the real samples (weights null: all), in
-/// double with a fixed reduction tree; stats[2C] = their element count. `samples` = x.dim(0).
-void bn_statistics(const float* x, const float* weights, double* stats, const ops::ChannelView& v,
-                   std::int64_t samples, cudaStream_t s);
 /// From `stats`: saved = mean, invstd per channel, then the count; coef = channel_affine's ka
 /// (gamma invstd), ca (mean), k0 (beta); when the count is > 0 the moving statistics move
 /// towards the batch's. gamma/beta null: 1 and 0.

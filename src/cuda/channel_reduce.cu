@@ -11,6 +11,9 @@
 // the device). Measured the same way: 6.4 + 5.4 us per ResNet call (partials + finish), and a
 // Dense bias gradient 35 -> 10.5 us. The ResNet step's wall time did not move (12.2 vs 12.4 ms):
 // kernels fill a third of it, the rest is the host (docs/gpu-kit.md, "First GPU runs").
+// BatchNorm's statistics (channel_moments) went the same way later: its block-per-channel kernel
+// took 59 us per call on an H100, 17 % of the ResNet step's kernel time once the host no longer
+// bound the step.
 #include "cuda/channel_reduce.h"
 #include "cuda/launch.cuh"
 
@@ -20,10 +23,13 @@ namespace {
 constexpr std::int64_t kTargetBlocks = 1024;    // several per multiprocessor
 constexpr std::int64_t kMinSlice = 4 * kThreads;  // elements a block should have at least
 
-template <bool kProducts>
+/// weights (kMasked): row o counts when weights[o / rows_per_sample] > 0 (a real sample).
+template <bool kProducts, bool kMasked = false>
 __global__ void channel_partials_kernel(const float* a, const float* b, double* partial,
                                         std::int64_t outer, std::int64_t channels,
-                                        std::int64_t inner, std::int64_t per_split) {
+                                        std::int64_t inner, std::int64_t per_split,
+                                        const float* weights = nullptr,
+                                        std::int64_t rows_per_sample = 1) {
   const std::int64_t c = blockIdx.x, slice = blockIdx.y;
   const std::int64_t o_begin = slice * per_split;
   const std::int64_t o_end = o_begin + per_split < outer ? o_begin + per_split : outer;
@@ -33,10 +39,12 @@ __global__ void channel_partials_kernel(const float* a, const float* b, double* 
   std::int64_t o = o_begin + threadIdx.x / inner, i = threadIdx.x % inner;
   double x1 = 0, x2 = 0;
   while (o < o_end) {
-    const std::int64_t at = (o * channels + c) * inner + i;
-    const float va = a[at];
-    x1 += va;
-    if (kProducts) x2 += static_cast<double>(va) * b[at];
+    if (!kMasked || weights[o / rows_per_sample] > 0.0f) {
+      const std::int64_t at = (o * channels + c) * inner + i;
+      const float va = a[at];
+      x1 += va;
+      if (kProducts) x2 += static_cast<double>(va) * b[at];
+    }
     o += step_o;
     i += step_i;
     if (i >= inner) {
@@ -61,6 +69,27 @@ __global__ void finish_sums_kernel(const double* partial, double* sums, std::int
     }
     sums[c] = x1;
     sums[channels + c] = x2;
+  }
+}
+
+/// finish_sums_kernel's sums, and at 2C the element count of one channel over the real samples.
+__global__ void finish_moments_kernel(const double* partial, double* stats, std::int64_t splits,
+                                      std::int64_t channels, const float* weights,
+                                      std::int64_t samples, std::int64_t per_sample) {
+  MIRROR_GRID_LOOP(c, channels + 1) {
+    if (c == channels) {
+      double real = 0;
+      for (std::int64_t n = 0; n < samples; ++n) real += weights == nullptr || weights[n] > 0.0f;
+      stats[2 * channels] = real * static_cast<double>(per_sample);
+      continue;
+    }
+    double x1 = 0, x2 = 0;
+    for (std::int64_t s = 0; s < splits; ++s) {
+      x1 += partial[2 * (s * channels + c)];
+      x2 += partial[2 * (s * channels + c) + 1];
+    }
+    stats[c] = x1;
+    stats[channels + c] = x2;
   }
 }
 
@@ -108,6 +137,26 @@ void channel_sums(const float* a, const float* b, double* partial, double* sums,
   if (!empty) launch_partials(a, b, partial, v, split, s);
   MIRROR_LAUNCH(finish_sums_kernel, v.channels, s, partial, sums, empty ? 0 : split.splits,
                 v.channels);
+}
+
+void channel_moments(const float* x, const float* weights, std::int64_t samples,
+                     double* partial, double* stats, const ops::ChannelView& v,
+                     const ChannelSplit& split, cudaStream_t s) {
+  const bool empty = v.outer == 0 || v.inner == 0 || samples <= 0;
+  const std::int64_t rows_per_sample = empty ? 1 : v.outer / samples;
+  if (!empty) {
+    const dim3 grid(static_cast<unsigned>(v.channels), static_cast<unsigned>(split.splits));
+    if (weights != nullptr) {
+      channel_partials_kernel<true, true><<<grid, kThreads, 0, s>>>(
+          x, x, partial, v.outer, v.channels, v.inner, split.per_split, weights, rows_per_sample);
+    } else {
+      channel_partials_kernel<true>
+          <<<grid, kThreads, 0, s>>>(x, x, partial, v.outer, v.channels, v.inner, split.per_split);
+    }
+    MIRROR_CUDA_CHECK_LAUNCH("channel_partials_kernel");
+  }
+  MIRROR_LAUNCH(finish_moments_kernel, v.channels + 1, s, partial, stats, empty ? 0 : split.splits,
+                v.channels, weights, samples < 0 ? 0 : samples, rows_per_sample * v.inner);
 }
 
 void bias_grad(const float* dy, float* dbias, double* partial, const ops::ChannelView& v,

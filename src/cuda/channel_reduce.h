@@ -23,6 +23,12 @@ ChannelSplit channel_split(const ops::ChannelView& v);
 /// sums[c] = sum of a[o, c, i], sums[C + c] = sum of a * b, in double; b may equal a.
 void channel_sums(const float* a, const float* b, double* partial, double* sums,
                   const ops::ChannelView& v, const ChannelSplit& split, cudaStream_t s);
+/// BatchNormalization's statistics (Note [Device batch norm]): stats[c] = sum of x, stats[C + c]
+/// = sum of x^2 over the rows of real samples (row o belongs to sample o / (outer / samples); real:
+/// weights null or weights[n] > 0), stats[2C] = the element count of one channel over them.
+void channel_moments(const float* x, const float* weights, std::int64_t samples, double* partial,
+                     double* stats, const ops::ChannelView& v, const ChannelSplit& split,
+                     cudaStream_t s);
 /// dbias[c] += sum of dy[o, c, i] (summed in double, rounded once).
 void bias_grad(const float* dy, float* dbias, double* partial, const ops::ChannelView& v,
                const ChannelSplit& split, cudaStream_t s);

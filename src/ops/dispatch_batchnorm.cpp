@@ -17,11 +17,12 @@ void require_input(const Tensor& x, const ChannelView& v, const char* op) {
                  op,
                  "expected a float32 or float64 tensor [N, ...], got " +
                      (x.defined() ? x.str() : std::string("none")));
+  // Each sample owns whole rows of the view (the kernels find a row's sample by division).
   MIRROR_REQUIRE(v.outer > 0 && v.channels > 0 && v.inner > 0 && v.numel() == x.numel() &&
-                     x.dim(0) > 0 && v.numel() % x.dim(0) == 0,
+                     x.dim(0) > 0 && v.outer % x.dim(0) == 0,
                  op,
                  "view [" + std::to_string(v.outer) + ", " + std::to_string(v.channels) + ", " +
-                     std::to_string(v.inner) + "] does not cover " + x.str());
+                     std::to_string(v.inner) + "] does not cover " + x.str() + " in whole samples");
   MIRROR_REQUIRE(v.block == 0 && image_block(x) == 0, op,
                  "the device path takes plain images (BatchNormalization converts a blocked "
                  "one), got " + x.str());

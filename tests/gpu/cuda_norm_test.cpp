@@ -186,5 +186,35 @@ TEST_F(CudaNorm, DeviceBatchNormOpsMatchTheCpu) {
   for (std::size_t i = 2 * 75; i < 3 * 75; ++i) ASSERT_EQ(dx[i], 0.0f) << "padding sample " << i;
 }
 
+// The statistics' rows of a sequence view ([N, T, F] seen as {N T, F, 1}) belong to sample
+// o / T: a padding sample's T rows are left out (dispatch refuses a view whose rows are not
+// whole samples). Also a batch large enough to split each channel's rows (Note [Channel
+// reductions]).
+TEST_F(CudaNorm, DeviceBatchNormStatisticsOfSequencesAndLargeBatches) {
+  struct Case {
+    Shape shape;
+    ops::ChannelView v;
+    std::vector<float> weights;
+  };
+  const std::vector<Case> cases = {
+      {{3, 4, 5}, {12, 5, 1}, {1, 0, 1}},
+      {{3, 4, 5}, {12, 5, 1}, {}},
+      {{64, 16, 28, 28}, {64, 16, 784}, std::vector<float>(64, 1.0f)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.shape));
+    const Tensor x = random_tensor(c.shape, 21, 2.0f);
+    Tensor w;
+    if (!c.weights.empty()) {
+      w = Tensor::from_vector(c.weights, {static_cast<std::int64_t>(c.weights.size())});
+    }
+    auto stats = [&](Device d) {
+      const Tensor s = ops::batchnorm_statistics(x.to(d), w.defined() ? w.to(d) : w, c.v);
+      return ops::cast(s.to(Device::cpu()), DType::kFloat32);
+    };
+    expect_close(stats(gpu()), stats(Device::cpu()), 1e-6, 1e-6, "statistics");
+  }
+}
+
 }  // namespace
 }  // namespace mirror
