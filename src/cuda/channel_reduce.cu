@@ -59,17 +59,21 @@ __global__ void channel_partials_kernel(const float* a, const float* b, double* 
   }
 }
 
+/// Channel c's partials added in slice order: sums[c] and sums[channels + c].
+__device__ void finish_channel(const double* partial, double* sums, std::int64_t splits,
+                               std::int64_t channels, std::int64_t c) {
+  double x1 = 0, x2 = 0;
+  for (std::int64_t s = 0; s < splits; ++s) {
+    x1 += partial[2 * (s * channels + c)];
+    x2 += partial[2 * (s * channels + c) + 1];
+  }
+  sums[c] = x1;
+  sums[channels + c] = x2;
+}
+
 __global__ void finish_sums_kernel(const double* partial, double* sums, std::int64_t splits,
                                    std::int64_t channels) {
-  MIRROR_GRID_LOOP(c, channels) {
-    double x1 = 0, x2 = 0;
-    for (std::int64_t s = 0; s < splits; ++s) {
-      x1 += partial[2 * (s * channels + c)];
-      x2 += partial[2 * (s * channels + c) + 1];
-    }
-    sums[c] = x1;
-    sums[channels + c] = x2;
-  }
+  MIRROR_GRID_LOOP(c, channels) finish_channel(partial, sums, splits, channels, c);
 }
 
 /// finish_sums_kernel's sums, and at 2C the element count of one channel over the real samples.
@@ -81,15 +85,9 @@ __global__ void finish_moments_kernel(const double* partial, double* stats, std:
       double real = 0;
       for (std::int64_t n = 0; n < samples; ++n) real += weights == nullptr || weights[n] > 0.0f;
       stats[2 * channels] = real * static_cast<double>(per_sample);
-      continue;
+    } else {
+      finish_channel(partial, stats, splits, channels, c);
     }
-    double x1 = 0, x2 = 0;
-    for (std::int64_t s = 0; s < splits; ++s) {
-      x1 += partial[2 * (s * channels + c)];
-      x2 += partial[2 * (s * channels + c) + 1];
-    }
-    stats[c] = x1;
-    stats[channels + c] = x2;
   }
 }
 
