@@ -3,6 +3,7 @@
 // cuDNN's values (0 default, 1 tensor op, 2 tensor op with conversion, 3 FMA).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,55 @@ TEST(ConvAlgoChoice, EngineNotesGiveTheMathAndRuleOutWhatMirrorNeverRuns) {
   EXPECT_EQ(choose_algo(ranked, kFloat32, 0, none).algo, 4);
   EXPECT_EQ(choose_algo(ranked, kMixedBf16, 0, none).algo, 1);
   EXPECT_EQ(choose_algo(ranked, kMixedFp16, 0, none).algo, 0);
+}
+
+// pick_engine (Note [Convolution plans]): plans are made only for qualifying engines, in cuDNN's
+// order, until one finalizes within the budget.
+TEST(ConvAlgoChoice, PickEngineMakesPlansInOrderUntilOneFits) {
+  const std::vector<AlgoCandidate> ranked{
+      engine_candidate(0, "engine 7", {.nondeterministic = true}),
+      engine_candidate(1, "engine 8", {.tensor_core = true}),
+      engine_candidate(2, "engine 9", {}),    // its plan does not finalize
+      engine_candidate(3, "engine 10", {}),   // needs 900 MiB
+      engine_candidate(4, "engine 11", {}),   // fits: the winner
+      engine_candidate(5, "engine 12", {})};  // never looked at
+  std::vector<std::size_t> made;
+  auto make_plan = [&](std::size_t i) -> std::optional<std::size_t> {
+    made.push_back(i);
+    if (i == 2) return std::nullopt;
+    return i == 3 ? 900 * kMiB : 4 * kMiB;
+  };
+  const EnginePick pick = pick_engine(ranked, kFloat32, 512 * kMiB, make_plan);
+  EXPECT_EQ(pick.index, 4);
+  EXPECT_EQ(pick.workspace, 4 * kMiB);
+  EXPECT_EQ(made, (std::vector<std::size_t>{2, 3, 4}));
+  EXPECT_TRUE(has(pick.note, "instead of the faster engine 10 (needs 900.0 MiB)")) << pick.note;
+  EXPECT_FALSE(has(pick.note, "engine 9")) << pick.note;
+  // Under mixed_bfloat16 the TF32 engine qualifies and comes first.
+  made.clear();
+  const EnginePick bf16 = pick_engine(ranked, kMixedBf16, 512 * kMiB, make_plan);
+  EXPECT_EQ(bf16.index, 1);
+  EXPECT_EQ(made, (std::vector<std::size_t>{1}));
+  EXPECT_EQ(bf16.note, "");
+}
+
+TEST(ConvAlgoChoice, PickEngineWithoutAWinnerSaysWhyForEachEngine) {
+  const std::vector<AlgoCandidate> ranked{
+      engine_candidate(0, "engine 1", {.runtime_compiled = true}),
+      engine_candidate(1, "engine 2", {.nondeterministic = true}),
+      engine_candidate(2, "engine 3", {.tensor_core = true, .down_convert = true}),
+      engine_candidate(3, "engine 4", {}), engine_candidate(4, "engine 5", {})};
+  auto make_plan = [](std::size_t i) -> std::optional<std::size_t> {
+    if (i == 3) return std::nullopt;
+    return 64 * kMiB;
+  };
+  const EnginePick pick = pick_engine(ranked, kMixedBf16, kMiB, make_plan);
+  EXPECT_EQ(pick.index, -1);
+  EXPECT_EQ(pick.why,
+            "5 engines ranked, none taken: engine 1 (runtime-compiled) engine 2 "
+            "(nondeterministic) engine 3 (fp16 not allowed) engine 4 (no plan) engine 5 (needs "
+            "64.0 MiB)");
+  EXPECT_EQ(pick_engine({}, kFloat32, kMiB, make_plan).index, -1);
 }
 
 }  // namespace

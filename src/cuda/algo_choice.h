@@ -23,9 +23,11 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mirror::cuda {
 
@@ -157,6 +159,64 @@ inline AlgoChoice choose_algo(std::span<const AlgoCandidate> candidates, MathAll
                      : "the deterministic candidates " + skipped + " need more than the " +
                            algo_bytes(budget) + " that can be allocated";
   return choice;
+}
+
+/// Note [Convolution plans]: the engine a graph-API plan is made with. `ranked`: the engines in
+/// cuDNN's order (engine_candidate); `make_plan(i)` makes ranked[i]'s plan and returns its
+/// workspace in bytes, or nothing when the plan does not finalize. Plans are made only for
+/// qualifying engines (succeeded, deterministic, math allowed), in order; the first whose plan is
+/// made and whose workspace fits in `budget` wins, and choose_algo over the engines up to it
+/// names a faster one skipped for its workspace.
+struct EnginePick {
+  int index = -1;  // into ranked; -1: none
+  std::size_t workspace = 0;
+  std::string note;  // a faster qualifying engine was skipped for its workspace
+  std::string why;   // none: each engine and why it was not taken
+};
+
+template <class MakePlan>
+EnginePick pick_engine(std::vector<AlgoCandidate> ranked, MathAllowance allowed, std::size_t budget,
+                       MakePlan&& make_plan) {
+  EnginePick pick;
+  std::vector<std::string> reasons(ranked.size());
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    AlgoCandidate& c = ranked[i];
+    if (!c.succeeded) {
+      reasons[i] = "runtime-compiled";
+      continue;
+    }
+    if (!c.deterministic) {
+      reasons[i] = "nondeterministic";
+      continue;
+    }
+    if (!allowed.allows(c.math)) {
+      reasons[i] = std::string(algo_math_name(c.math)) + " not allowed";
+      continue;
+    }
+    const std::optional<std::size_t> workspace = make_plan(i);
+    c.succeeded = workspace.has_value();
+    c.workspace = workspace.value_or(0);
+    if (!c.succeeded) {
+      reasons[i] = "no plan";
+      continue;
+    }
+    if (c.workspace > budget) {
+      reasons[i] = "needs " + algo_bytes(c.workspace);
+      continue;
+    }
+    AlgoCandidate none;
+    none.algo = -1;
+    const AlgoChoice choice =
+        choose_algo(std::span<const AlgoCandidate>(ranked.data(), i + 1), allowed, budget, none);
+    pick.index = static_cast<int>(i);
+    pick.workspace = c.workspace;
+    pick.note = choice.fallback ? "" : choice.note;
+    return pick;
+  }
+  pick.why = std::to_string(ranked.size()) + " engines ranked, none taken:";
+  for (std::size_t i = 0; i < ranked.size(); ++i)
+    pick.why += " " + ranked[i].name + " (" + reasons[i] + ")";
+  return pick;
 }
 
 }  // namespace mirror::cuda

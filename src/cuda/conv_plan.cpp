@@ -239,9 +239,9 @@ ConvPlan make_conv_plan(cudnnHandle_t handle, const ConvPlanProblem& p, ConvPlan
                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                                                 raw.data()));
   }
-  // In cuDNN's order (fastest expected first): the first qualifying engine whose plan
-  // finalizes and whose workspace fits wins; the ones looked at go to choose_algo for its note.
-  std::vector<AlgoCandidate> seen;
+  // The engines in cuDNN's order (fastest expected first), each with what its notes say.
+  std::vector<AlgoCandidate> ranked;
+  std::vector<cudnnBackendDescriptor_t> config_of;  // ranked[k]'s engine configuration
   for (std::int64_t i = 0; i < got; ++i) {
     Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     cudnnBackendDescriptor_t e = engine.get();
@@ -254,48 +254,41 @@ ConvPlan make_conv_plan(cudnnHandle_t handle, const ConvPlanProblem& p, ConvPlan
     std::int64_t global = -1;
     (void)cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
                                    &global);
-    AlgoCandidate c =
-        engine_candidate(static_cast<int>(i), "engine " + std::to_string(global), notes);
-    if (!c.succeeded || !c.deterministic || !allowed.allows(c.math)) {
-      seen.push_back(c);
-      continue;
-    }
+    ranked.push_back(engine_candidate(static_cast<int>(ranked.size()),
+                                      "engine " + std::to_string(global), notes));
+    config_of.push_back(raw[i]);
+  }
+  // pick_engine makes plans in that order until one fits; the last one made is the winner's.
+  std::optional<Desc> made;
+  auto make_plan = [&](std::size_t k) -> std::optional<std::size_t> {
     Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    const cudnnBackendDescriptor_t config = raw[i];
-    c.succeeded = plan.try_set(kPlanHandle, CUDNN_TYPE_HANDLE, &handle) == CUDNN_STATUS_SUCCESS &&
-                  plan.try_set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, &config) == CUDNN_STATUS_SUCCESS &&
-                  plan.finalize() == CUDNN_STATUS_SUCCESS;
-    std::int64_t workspace = 0;
-    c.succeeded =
-        c.succeeded &&
+    const cudnnBackendDescriptor_t config = config_of[k];
+    std::int64_t workspace = 0, n = 0;
+    const bool ok =
+        plan.try_set(kPlanHandle, CUDNN_TYPE_HANDLE, &handle) == CUDNN_STATUS_SUCCESS &&
+        plan.try_set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                     &config) == CUDNN_STATUS_SUCCESS &&
+        plan.finalize() == CUDNN_STATUS_SUCCESS &&
         cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                  CUDNN_TYPE_INT64, 1, &n, &workspace) == CUDNN_STATUS_SUCCESS &&
         workspace >= 0;
-    c.workspace = static_cast<std::size_t>(workspace);
-    seen.push_back(c);
-    if (!c.succeeded || c.workspace > budget) continue;
-    // The winner: choose_algo over what was looked at picks it too and explains a skip.
-    AlgoCandidate none;
-    none.algo = -1;
-    const AlgoChoice choice = choose_algo(seen, allowed, budget, none);
-    ConvPlan out;
-    out.workspace = c.workspace;
-    out.name = c.name + " (" + algo_math_name(c.math) + ")";
-    out.note = choice.fallback ? "" : choice.note;
-    holder->plan.emplace(std::move(plan));
-    out.plan = std::move(holder);
-    return out;
+    if (!ok) return std::nullopt;
+    made.emplace(std::move(plan));
+    return static_cast<std::size_t>(workspace);
+  };
+  const EnginePick pick = pick_engine(ranked, allowed, budget, make_plan);
+  if (pick.index < 0) {
+    none.why = pick.why;
+    return none;
   }
-  none.why = std::to_string(got) + " engines ranked, none qualifies:";
-  for (const AlgoCandidate& c : seen) {
-    none.why += " " + c.name + " (" + algo_math_name(c.math) +
-                (!c.deterministic ? ", nondeterministic"
-                 : !c.succeeded   ? ", runtime-compiled or no plan"
-                                  : ", " + algo_bytes(c.workspace)) +
-                ")";
-  }
-  return none;
+  const AlgoCandidate& winner = ranked[static_cast<std::size_t>(pick.index)];
+  ConvPlan out;
+  out.workspace = pick.workspace;
+  out.name = winner.name + " (" + algo_math_name(winner.math) + ")";
+  out.note = pick.note;
+  holder->plan.emplace(std::move(*made));
+  out.plan = std::move(holder);
+  return out;
 }
 
 void run_conv_plan(cudnnHandle_t handle, const std::shared_ptr<void>& plan, void* x, void* w,
