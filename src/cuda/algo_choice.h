@@ -1,7 +1,8 @@
 // defines: AlgoCandidate and choose_algo, the convolution algorithm choice of conv.cpp as a pure
 // function of cuDNN's candidates, the math the precision policy allows and the workspace the
-// allocator can give. Plain C++ (no cuDNN header), so tests/ops_conv_algo_choice_test.cpp runs it
-// without a GPU.
+// allocator can give; EngineNotes, engine_candidate and pick_engine, the same choice among the
+// graph API's engines (conv_plan.cpp). Plain C++ (no cuDNN header), so
+// tests/ops_conv_algo_choice_test.cpp runs it without a GPU.
 //
 // Note [Algorithm choice]: per problem shape and math mode, cuDNN's heuristics
 // (cudnnGet*Algorithm_v7, no trial runs) list candidates, each with the math type it runs in. A
