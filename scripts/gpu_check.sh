@@ -510,7 +510,7 @@ for f in "${profile_logs[@]}"; do
 done
 for f in "${host_profile_logs[@]}"; do
   say ""
-  say "host and device time by layer, $(basename "$f" .log | sed 's/^[0-9]*-//') (step-bench --device gpu --profile --profile-gpu both):"
+  say "step-bench on the GPU, $(basename "$f" .log | sed 's/^[0-9]*-//') (with --profile --profile-gpu both: host and device time by layer):"
   grep -v -E '^\$ |^\[exit ' "$f" | tee -a "$summary"
 done
 if [ "${step_status[nccl-allreduce-1rank]}" = PASS ]; then

@@ -99,8 +99,11 @@ struct ConvDescs {
   }
 };
 
-// The three directions of a convolution, as the conv_algos() cache keys them.
-enum Dir { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
+// The three directions of a convolution, as the conv_algos() cache keys them and the plans
+// (conv_plan.h) take them.
+using Dir = ConvPlanDirection;
+constexpr Dir kForward = kPlanForward, kBackwardData = kPlanBackwardData,
+              kBackwardFilter = kPlanBackwardFilter;
 
 ConvKey key(Dir dir, const ConvProblem& p) {
   // The math type changes which algorithms exist and how fast they are: one choice per mode;
@@ -328,8 +331,8 @@ bool planned_algo(DeviceContext& ctx, const ConvProblem& p, Dir dir, const char*
   const ConvPlanProblem problem{p.n,  p.c,  p.h,  p.w,  p.o,  p.kh, p.kw,
                                 p.oh, p.ow, p.sh, p.sw, p.ph, p.pw};
   try {
-    const ConvPlan plan = make_conv_plan(ctx.cudnn(), problem, static_cast<ConvPlanDirection>(dir),
-                                         allowed_math(), workspace_budget(ctx));
+    const ConvPlan plan =
+        make_conv_plan(ctx.cudnn(), problem, dir, allowed_math(), workspace_budget(ctx));
     if (conv_choice_log()) {
       log_choice(op, p,
                  plan.plan ? "graph API " + plan.name + ", " + algo_bytes(plan.workspace)
