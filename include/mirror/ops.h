@@ -122,8 +122,12 @@ struct Pool2DGeometry {
 Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_out = false);
 /// dy is laid out like y; dx like x. `relu_input`: x is a ReLU's output, and dx gets its mask
 /// too (relu backward through x), in one pass (Note [ReLU through max pool], cpu_pool.cpp).
+/// `as_conv_operand`: dx comes back as conv2d_operand(dx) would make it, for a gradient that only
+/// a convolution's backward reads (Note [Pooled gradients as convolution operands],
+/// cpu_pool.cpp): the same bits, without writing the float32 dx first.
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Pool2DGeometry& g, bool relu_input = false);
+                          const Pool2DGeometry& g, bool relu_input = false,
+                          bool as_conv_operand = false);
 
 // ---------------------------------------------------------------- element-wise
 Tensor activation_forward(Activation act, const Tensor& x);

@@ -48,6 +48,8 @@ class CpuKernels final : public KernelSet {
   Tensor image_to_blocked(const Tensor& x, std::int64_t block) override;
   Tensor maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
                                  const ops::Pool2DGeometry& g) override;
+  Tensor maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                    const ops::Pool2DGeometry& g, bool relu) override;
 
   Tensor activation_forward(ops::Activation act, const Tensor& x) override;
   Tensor activation_backward(ops::Activation act, const Tensor& y, const Tensor& dy) override;

@@ -15,12 +15,32 @@
 // compiler vectorizes: the same values and the same gradient routing as the general scan (the
 // forward makes the scan's comparisons; the backward picks the first element equal to the scan's
 // maximum, which is the scan's winner), 5-25x faster on the CNN's shapes.
+//
+// Note [Pooled gradients as convolution operands]: under mixed_bfloat16 a max pool's input
+// gradient usually goes straight to the backward of the convolution that produced its input,
+// which rounds it to a bfloat16 blocked image first (Note [Convolution operands], ops.h). Written
+// as float32 and then rounded, dx crosses memory three times (the pool's write, the reorder's read
+// and write) for a tensor four times the size of dy, three quarters of it zeros. The operand
+// variant (ops::maxpool2d_backward's as_conv_operand) computes each window's float32 gradient in
+// registers, as the float32 loops do, and rounds it there with VCVTNEPS2BF16, the instruction
+// oneDNN's reorder runs on the CPUs where Mirror uses bfloat16 (cpu_has_bf16): the same bits as
+// conv2d_operand(dx), at half the bytes written. Sequential asks for it only where the producer's
+// backward reads dy through conv2d_operand alone (Layer::output_grad_is_conv_operand).
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_vector_clones.h"
+#include "mirror/precision.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MIRROR_POOL_OPERAND_KERNEL 1  // AVX-512 BF16 code, run only where the CPU has it
+#else
+#define MIRROR_POOL_OPERAND_KERNEL 0
+#endif
 
 namespace mirror::cpu {
 namespace {
@@ -148,6 +168,30 @@ MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restri
   }
 }
 
+/// One 2x2 window of a blocked image, b lanes: r0 and r1 point at its top-left position in the
+/// input's two rows, src at its lanes of dy; d0..d3 receive the gradient of its four positions in
+/// row-major order. As Pool2x2::backward: the first element equal to the scan's maximum.
+template <class T, int B>
+[[gnu::always_inline]] inline void window2x2_backward(const T* r0, const T* r1, const T* src, T* d0,
+                                                      T* d1, T* d2, T* d3, std::int64_t runtime_b,
+                                                      bool relu) {
+  const std::int64_t b = B > 0 ? B : runtime_b;
+  for (std::int64_t l = 0; l < b; ++l) {
+    const T v0 = r0[l], v1 = r0[b + l], v2 = r1[l], v3 = r1[b + l];
+    T m = v0;
+    m = v1 > m ? v1 : m;
+    m = v2 > m ? v2 : m;
+    m = v3 > m ? v3 : m;
+    const bool e0 = v0 == m, e1 = v1 == m, e2 = v2 == m, e3 = v3 == m;
+    const bool to1 = !e0 & e1, to2 = !e0 & !e1 & e2, to3 = !e0 & !e1 & !e2 & e3;
+    const T v = relu && !(m > T(0)) ? T(0) : T(0) + src[l];
+    d0[l] = !(to1 | to2 | to3) ? v : T(0);
+    d1[l] = to1 ? v : T(0);
+    d2[l] = to2 ? v : T(0);
+    d3[l] = to3 ? v : T(0);
+  }
+}
+
 template <class T, int B>
 MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* __restrict grad,
                                            T* __restrict out, const PoolDims& d,
@@ -157,26 +201,10 @@ MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* _
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
       for (std::int64_t ow = 0; ow < d.ow; ++ow) {
         const std::int64_t at = (2 * oh * d.w + 2 * ow) * b;
-        const T* r0 = plane + at;
-        const T* r1 = r0 + d.w * b;
         T* o0 = out + at;
         T* o1 = o0 + d.w * b;
-        const T* src = grad + (oh * d.ow + ow) * b;
-        for (std::int64_t l = 0; l < b; ++l) {
-          // As Pool2x2::backward: the first element equal to the scan's maximum.
-          const T v0 = r0[l], v1 = r0[b + l], v2 = r1[l], v3 = r1[b + l];
-          T m = v0;
-          m = v1 > m ? v1 : m;
-          m = v2 > m ? v2 : m;
-          m = v3 > m ? v3 : m;
-          const bool e0 = v0 == m, e1 = v1 == m, e2 = v2 == m, e3 = v3 == m;
-          const bool to1 = !e0 & e1, to2 = !e0 & !e1 & e2, to3 = !e0 & !e1 & !e2 & e3;
-          const T v = relu && !(m > T(0)) ? T(0) : T(0) + src[l];
-          o0[l] = !(to1 | to2 | to3) ? v : T(0);
-          o0[b + l] = to1 ? v : T(0);
-          o1[l] = to2 ? v : T(0);
-          o1[b + l] = to3 ? v : T(0);
-        }
+        window2x2_backward<T, B>(plane + at, plane + at + d.w * b, grad + (oh * d.ow + ow) * b, o0,
+                                 o0 + b, o1, o1 + b, b, relu);
       }
       for (std::int64_t r = 2 * oh; r < 2 * oh + 2; ++r) {  // odd last column
         for (std::int64_t i = (r * d.w + 2 * d.ow) * b; i < (r + 1) * d.w * b; ++i) out[i] = T(0);
@@ -220,7 +248,81 @@ Tensor blocked_copy(const Tensor& x, std::int64_t b) {
   return y;
 }
 
+#if MIRROR_POOL_OPERAND_KERNEL
+/// 16 floats rounded to bfloat16 (nearest even; NaNs stay NaN) by VCVTNEPS2BF16.
+[[gnu::target("avx512f,avx512bf16"), gnu::always_inline]] inline void store_bf16x16(
+    std::uint16_t* dst, const float* lanes) {
+  const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(lanes));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), reinterpret_cast<const __m256i&>(h));
+}
+
+/// Note [Pooled gradients as convolution operands]: the 2x2 backward over one plane of 16
+/// channels, each window's gradient rounded to bfloat16 in registers (out: the plane of a
+/// bfloat16 blocked image). Only called where the CPU has AVX-512 BF16.
+[[gnu::target("avx512f,avx512bf16")]] void blocked_backward_operand16(const float* __restrict plane,
+                                                                      const float* __restrict grad,
+                                                                      std::uint16_t* __restrict out,
+                                                                      const PoolDims& d,
+                                                                      bool relu) {
+  constexpr std::int64_t b = 16;
+  alignas(64) float lanes[4][b];
+  for (std::int64_t oh = 0; oh < d.oh; ++oh) {
+    for (std::int64_t ow = 0; ow < d.ow; ++ow) {
+      const std::int64_t at = (2 * oh * d.w + 2 * ow) * b;
+      window2x2_backward<float, b>(plane + at, plane + at + d.w * b, grad + (oh * d.ow + ow) * b,
+                                   lanes[0], lanes[1], lanes[2], lanes[3], b, relu);
+      store_bf16x16(out + at, lanes[0]);
+      store_bf16x16(out + at + b, lanes[1]);
+      store_bf16x16(out + at + d.w * b, lanes[2]);
+      store_bf16x16(out + at + d.w * b + b, lanes[3]);
+    }
+    for (std::int64_t r = 2 * oh; r < 2 * oh + 2; ++r) {  // odd last column: bfloat16 +0
+      std::fill(out + (r * d.w + 2 * d.ow) * b, out + (r + 1) * d.w * b, std::uint16_t{0});
+    }
+  }
+  std::fill(out + 2 * d.oh * d.w * b, out + d.h * d.w * b, std::uint16_t{0});  // odd last row
+}
+#endif
+
+/// x's pooled gradient dy, checked against x and blocked like x (block b).
+Tensor blocked_pool_grad(const Tensor& x, const Tensor& dy, const PoolDims& d, std::int64_t b) {
+  const Shape dys = ops::image_shape(dy);
+  const std::int64_t dyb = ops::image_block(dy);
+  MIRROR_CHECK(
+      dys.size() == 4 && dys[0] == d.n && dys[1] == d.c && dys[2] == d.oh && dys[3] == d.ow &&
+          x.dtype() == DType::kFloat32 && dy.dtype() == x.dtype() && (dyb == 0 || dyb == b),
+      InvalidArgument,
+      "maxpool2d_backward: dy " + dy.str() + " does not match the pooled shape of x " + x.str());
+  return dyb == 0 ? blocked_copy(dy, b) : dy;
+}
+
 }  // namespace
+
+Tensor CpuKernels::maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                              const ops::Pool2DGeometry& g, bool relu) {
+  // The operand conv2d_operand would make: float32 math in bfloat16 mode, nChw16c.
+  constexpr std::int64_t b = 16;
+  if (!MIRROR_POOL_OPERAND_KERNEL || math_mode() != MathMode::kBFloat16 ||
+      x.dtype() != DType::kFloat32 || ops::image_block(x) != b || !Pool2x2::applies(g) ||
+      !cpu_has_bf16()) {
+    return KernelSet::maxpool2d_backward_operand(x, y, dy, g, relu);
+  }
+#if MIRROR_POOL_OPERAND_KERNEL
+  const PoolDims d(ops::image_shape(x), g);
+  const Tensor grad = blocked_pool_grad(x, dy, d, b);
+  Tensor dx = Tensor::empty(x.shape(), DType::kBFloat16, x.device());
+  const float* xp = x.data<float>();
+  const float* gp = grad.data<float>();
+  auto* dxp = static_cast<std::uint16_t*>(dx.raw_data());
+  const std::int64_t planes = d.n * (d.c / b);
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
+  for (std::int64_t p = 0; p < planes; ++p) {
+    blocked_backward_operand16(xp + p * d.h * d.w * b, gp + p * d.oh * d.ow * b,
+                               dxp + p * d.h * d.w * b, d, relu);
+  }
+  return dx;
+#endif
+}
 
 Tensor CpuKernels::maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DGeometry& g,
                                              bool blocked_out) {
@@ -309,14 +411,7 @@ Tensor CpuKernels::pool_backward(const Tensor& x, const Tensor& y, const Tensor&
                                  const ops::Pool2DGeometry& g, bool relu) {
   if (const std::int64_t b = ops::image_block(x); b != 0) {
     const PoolDims d(ops::image_shape(x), g);
-    const Shape dys = ops::image_shape(dy);
-    const std::int64_t dyb = ops::image_block(dy);
-    MIRROR_CHECK(
-        dys.size() == 4 && dys[0] == d.n && dys[1] == d.c && dys[2] == d.oh && dys[3] == d.ow &&
-            x.dtype() == DType::kFloat32 && dy.dtype() == x.dtype() && (dyb == 0 || dyb == b),
-        InvalidArgument,
-        "maxpool2d_backward: dy " + dy.str() + " does not match the pooled shape of x " + x.str());
-    const Tensor grad = dyb == 0 ? blocked_copy(dy, b) : dy;
+    const Tensor grad = blocked_pool_grad(x, dy, d, b);
     const std::int64_t blocks = d.c / b;
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     const float* xp = x.data<float>();

@@ -67,7 +67,13 @@ Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
 
 Tensor Conv2D::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument, name() + " (conv2d): backward without forward");
-  check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
+  // dy is laid out like y, or it is y's image as a bfloat16 operand (Note [Pooled gradients as
+  // convolution operands], src/cpu/cpu_pool.cpp).
+  MIRROR_CHECK(
+      dy.dtype() == y_.dtype() ? dy.shape() == y_.shape()
+                               : ops::image_shape(dy) == ops::image_shape(y_),
+      InvalidArgument,
+      name() + " (conv2d): backward dy " + dy.str() + " does not match the output " + y_.str());
   // The max pool reading this output applied the ReLU's mask already (relu_masked_by_reader).
   const bool masked = act_ == Activation::kIdentity || relu_masked_by_reader();
   // Note [Convolution operands] (mirror/ops.h): g is rounded once for both products.
@@ -124,7 +130,8 @@ Tensor MaxPool2D::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument,
                name() + " (max_pooling2d): backward without forward");
   check_shape(dy, y_.shape(), (name() + " backward dy").c_str());
-  return ops::maxpool2d_backward(x_, y_, dy, geometry_, masks_input_relu());
+  return ops::maxpool2d_backward(x_, y_, dy, geometry_, masks_input_relu(),
+                                 input_grad_as_conv_operand());
 }
 
 nlohmann::json MaxPool2D::config() const {

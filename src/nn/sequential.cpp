@@ -140,6 +140,14 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
     producer.set_fuses_relu(fuse);
     if (fuse) reader->set_relu_done_by_producer(true);
   }
+  // Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): after the ReLU
+  // pairs, which decide whether a convolution reads dy through conv2d_operand alone.
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (readers[i].size() != 1) continue;  // two readers' gradients are summed in float32
+    Layer& reader = *layers_[static_cast<std::size_t>(readers[i][0])];
+    if (layers_[i]->output_grad_is_conv_operand() && reader.can_return_conv_operand())
+      reader.set_input_grad_as_conv_operand(true);
+  }
 }
 
 void Sequential::set_blocked_images(bool enabled) {

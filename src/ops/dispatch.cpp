@@ -269,11 +269,16 @@ Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_
 }
 
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                          const Pool2DGeometry& g, bool relu_input) {
+                          const Pool2DGeometry& g, bool relu_input, bool as_conv_operand) {
   KernelSet& k = backend("maxpool2d_backward", {&x, &y, &dy});
   require_blocked_support(k, {&x, &y}, "maxpool2d_backward");
   require_same(y, dy, "maxpool2d_backward");
   require_pool_geometry(g, "maxpool2d_backward");
+  if (as_conv_operand) {
+    MIRROR_REQUIRE(image_shape(x).size() == 4, "maxpool2d_backward",
+                   "expected an image [N, C, H, W], got " + x.str());
+    return k.maxpool2d_backward_operand(x, y, dy, g, relu_input);
+  }
   if (relu_input) return k.maxpool2d_backward_relu(x, y, dy, g);
   return k.maxpool2d_backward(x, y, dy, g);
 }

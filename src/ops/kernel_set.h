@@ -73,6 +73,14 @@ class KernelSet {
                                          const ops::Pool2DGeometry& g) {
     return activation_backward(ops::Activation::kRelu, x, maxpool2d_backward(x, y, dy, g));
   }
+  /// Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): the max pool's
+  /// input gradient (with the ReLU mask when `relu`) as conv2d_operand makes it. The default
+  /// runs the two ops.
+  virtual Tensor maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                            const ops::Pool2DGeometry& g, bool relu) {
+    return conv2d_operand(relu ? maxpool2d_backward_relu(x, y, dy, g)
+                               : maxpool2d_backward(x, y, dy, g));
+  }
 
   virtual Tensor activation_forward(ops::Activation act, const Tensor& x) = 0;
   virtual Tensor activation_backward(ops::Activation act, const Tensor& y, const Tensor& dy) = 0;

@@ -151,6 +151,14 @@ class Layer {
   void set_relu_masked_by_reader(bool masked) { relu_masked_by_reader_ = masked; }
   bool masks_input_relu() const { return masks_input_relu_; }
   void set_masks_input_relu(bool masks) { masks_input_relu_ = masks; }
+  /// Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): a layer whose
+  /// backward reads dy only through ops::conv2d_operand, and a reader that can return its input
+  /// gradient already made so. Sequential pairs a producer with its only reader
+  /// (input_grad_as_conv_operand).
+  virtual bool output_grad_is_conv_operand() const { return false; }
+  virtual bool can_return_conv_operand() const { return false; }
+  bool input_grad_as_conv_operand() const { return input_grad_as_conv_operand_; }
+  void set_input_grad_as_conv_operand(bool as_operand) { input_grad_as_conv_operand_ = as_operand; }
   /// Note [BatchNorm and ReLU] (mirror/ops.h): a layer that can apply the ReLU reading its
   /// output in its own passes, and a ReLU layer that can leave its work to its producer.
   /// Sequential pairs a producer with its only reader: the producer applies the ReLU forward and
@@ -171,6 +179,7 @@ class Layer {
   bool masks_input_relu_ = false;
   bool fuses_relu_ = false;
   bool relu_done_by_producer_ = false;
+  bool input_grad_as_conv_operand_ = false;
 };
 
 /// A layer with two or more inputs (Add, Concatenate). The single-input entry points throw; a

@@ -62,6 +62,9 @@ class Conv2D : public Layer {
   std::string kind() const override { return "conv2d"; }
   bool accepts_blocked_input() const override { return true; }
   bool relu_output() const override { return act_ == Activation::kRelu; }
+  bool output_grad_is_conv_operand() const override {
+    return act_ == Activation::kIdentity || relu_masked_by_reader();
+  }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
@@ -89,6 +92,7 @@ class MaxPool2D : public Layer {
   std::string kind() const override { return "max_pooling2d"; }
   bool accepts_blocked_input() const override { return true; }
   bool can_mask_input_relu() const override { return true; }
+  bool can_return_conv_operand() const override { return true; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
   Tensor backward(const Tensor& dy) override;
