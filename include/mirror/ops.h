@@ -108,6 +108,20 @@ Tensor conv2d_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_sh
 // convolutions only: no other op takes it, and dx is float32 in the layout asked for.
 Tensor conv2d_operand(const Tensor& t);
 
+// Note [Gradients as convolution operands]: most convolutions' output gradients come from one
+// layer's backward, a max pool's (the CNN) or a BatchNormalization's (the ResNet), and the
+// convolution rounds that float32 gradient straight away (conv2d_operand). Written as float32
+// and then rounded, the gradient crosses memory three times (the write, the reorder's read and
+// its write); for a pool it is four times the size of dy and three quarters zeros. So
+// maxpool2d_backward (as_conv_operand) and channel_affine (ChannelAffine::conv_operand) can
+// return conv2d_operand(result) directly: on the CPU their loops compute each element in float32
+// as before and round 16 lanes at a time in registers with VCVTNEPS2BF16, the instruction
+// oneDNN's reorder runs where Mirror computes in bfloat16, so the bits are conv2d_operand's.
+// Elsewhere (another mode, layout or backend) the two ops run. Sequential asks for it where a
+// layer's backward reads dy through conv2d_operand alone (Layer::output_grad_is_conv_operand: a
+// Conv2D without an activation, or whose ReLU its reader masks) and that layer's only reader can
+// return one (Layer::can_return_conv_operand).
+
 struct Pool2DGeometry {
   int k_h = 2, k_w = 2;
   int stride_h = 2, stride_w = 2;
@@ -123,8 +137,8 @@ Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_
 /// dy is laid out like y; dx like x. `relu_input`: x is a ReLU's output, and dx gets its mask
 /// too (relu backward through x), in one pass (Note [ReLU through max pool], cpu_pool.cpp).
 /// `as_conv_operand`: dx comes back as conv2d_operand(dx) would make it, for a gradient that only
-/// a convolution's backward reads (Note [Pooled gradients as convolution operands],
-/// cpu_pool.cpp): the same bits, without writing the float32 dx first.
+/// a convolution's backward reads (Note [Gradients as convolution operands],
+/// mirror/ops.h): the same bits, without writing the float32 dx first.
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Pool2DGeometry& g, bool relu_input = false,
                           bool as_conv_operand = false);
@@ -189,6 +203,9 @@ struct ChannelAffine {
   std::vector<double> ka{}, ca{}, kb{}, cb{}, k0{};
   /// The map's ReLU, max(out, 0), applied as it is written (Note [BatchNorm and ReLU]).
   bool relu = false;
+  /// The result as conv2d_operand would make it, for a map only a convolution's backward reads
+  /// (Note [Gradients as convolution operands], mirror/ops.h): the same bits.
+  bool conv_operand = false;
 };
 /// out[o, c, i] = ka[c] (a[o, c, i] - ca[c]) + kb[c] (b[o, c, i] - cb[c]) + k0[c], computed in
 /// the tensors' dtype in that order; a new tensor shaped like a. `b` may be undefined when kb is

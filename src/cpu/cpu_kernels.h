@@ -48,6 +48,8 @@ class CpuKernels final : public KernelSet {
   Tensor image_to_blocked(const Tensor& x, std::int64_t block) override;
   Tensor maxpool2d_backward_relu(const Tensor& x, const Tensor& y, const Tensor& dy,
                                  const ops::Pool2DGeometry& g) override;
+  Tensor channel_affine_operand(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
+                                const ops::ReluMask* mask, const ops::ChannelView& v) override;
   Tensor maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const ops::Pool2DGeometry& g, bool relu) override;
 

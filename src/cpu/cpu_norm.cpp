@@ -15,9 +15,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/cpu_bf16_store.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_vector_clones.h"
 #include "math/gelu.h"
+#include "mirror/precision.h"
 
 namespace mirror::cpu {
 
@@ -256,26 +258,57 @@ MIRROR_VECTOR_CLONES void affine_row(const T* pa, const T* pb, T* py, std::int64
   }
 }
 
+/// The maps of channels c0 .. c0 + B (one group of a blocked view), absent terms zero.
+template <class T, int B, bool kB, bool kMasked>
+struct GroupMaps {
+  T ka[B], ca[B], kb[B], cb[B], k0[B], mka[B], mca[B], mk0[B];
+  [[gnu::always_inline]] GroupMaps(const ChannelMaps<T>& m, std::int64_t c0) {
+    for (int c = 0; c < B; ++c) {
+      const auto k = static_cast<std::size_t>(c0 + c);
+      ka[c] = m.ka[k], ca[c] = m.ca[k], k0[c] = m.k0[k];
+      kb[c] = kB ? m.kb[k] : T(0), cb[c] = kB ? m.cb[k] : T(0);
+      mka[c] = kMasked ? m.mka[k] : T(0), mca[c] = kMasked ? m.mca[k] : T(0);
+      mk0[c] = kMasked ? m.mk0[k] : T(0);
+    }
+  }
+};
+
 /// One row of a blocked view's group: n positions of B channels.
 template <class T, int B, bool kB, bool kMasked, bool kRelu>
 MIRROR_VECTOR_CLONES void blocked_affine_row(const T* pa, const T* pb, T* py, std::int64_t n,
                                              const ChannelMaps<T>& m, std::int64_t c0) {
-  T ka[B], ca[B], kb[B], cb[B], k0[B], mka[B], mca[B], mk0[B];
-  for (int c = 0; c < B; ++c) {
-    const auto k = static_cast<std::size_t>(c0 + c);
-    ka[c] = m.ka[k], ca[c] = m.ca[k], k0[c] = m.k0[k];
-    kb[c] = kB ? m.kb[k] : T(0), cb[c] = kB ? m.cb[k] : T(0);
-    mka[c] = kMasked ? m.mka[k] : T(0), mca[c] = kMasked ? m.mca[k] : T(0);
-    mk0[c] = kMasked ? m.mk0[k] : T(0);
-  }
+  const GroupMaps<T, B, kB, kMasked> g(m, c0);
   for (std::int64_t i = 0; i < n * B; i += B) {
     for (int c = 0; c < B; ++c) {
-      py[i + c] = affine_element<T, kB, kMasked, kRelu>(
-          pa[i + c], kB || kMasked ? pb[i + c] : T(0), ka[c], ca[c], kb[c], cb[c], k0[c], mka[c],
-          mca[c], mk0[c]);
+      py[i + c] = affine_element<T, kB, kMasked, kRelu>(pa[i + c], kB || kMasked ? pb[i + c] : T(0),
+                                                        g.ka[c], g.ca[c], g.kb[c], g.cb[c], g.k0[c],
+                                                        g.mka[c], g.mca[c], g.mk0[c]);
     }
   }
 }
+
+#if MIRROR_BF16_STORE
+/// Note [Gradients as convolution operands] (mirror/ops.h): blocked_affine_row for a
+/// float32 group of 16 channels, each position's results rounded to bfloat16 in registers (py:
+/// the row of a bfloat16 blocked image). Only called where the CPU has AVX-512 BF16.
+template <bool kB, bool kMasked, bool kRelu>
+[[MIRROR_BF16_TARGET]] void blocked_affine_row_operand16(const float* pa, const float* pb,
+                                                         std::uint16_t* py, std::int64_t n,
+                                                         const ChannelMaps<float>& m,
+                                                         std::int64_t c0) {
+  constexpr int B = 16;
+  const GroupMaps<float, B, kB, kMasked> g(m, c0);
+  alignas(64) float lanes[B];
+  for (std::int64_t i = 0; i < n * B; i += B) {
+    for (int c = 0; c < B; ++c) {
+      lanes[c] = affine_element<float, kB, kMasked, kRelu>(
+          pa[i + c], kB || kMasked ? pb[i + c] : 0.0f, g.ka[c], g.ca[c], g.kb[c], g.cb[c], g.k0[c],
+          g.mka[c], g.mca[c], g.mk0[c]);
+    }
+    store_bf16x16(py + i, lanes);
+  }
+}
+#endif
 
 /// channel_affine (k.relu and mask: Note [BatchNorm and ReLU]) over a plain or blocked view.
 template <class T>
@@ -342,6 +375,39 @@ Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::C
     affine<T>(a.data<T>(), k.kb.empty() ? nullptr : b.data<T>(), y.data<T>(), k, nullptr, v);
     return y;
   });
+}
+
+Tensor CpuKernels::channel_affine_operand(const Tensor& a, const Tensor& b,
+                                          const ops::ChannelAffine& k, const ops::ReluMask* mask,
+                                          const ops::ChannelView& v) {
+  // Only what conv2d_operand would round: float32 math in bfloat16 mode, nChw16c.
+  if (!MIRROR_BF16_STORE || math_mode() != MathMode::kBFloat16 || a.dtype() != DType::kFloat32 ||
+      v.block != 16 || a.rank() != 5 || !cpu_has_bf16()) {
+    return {};
+  }
+#if MIRROR_BF16_STORE
+  Tensor y = Tensor::empty(a.shape(), DType::kBFloat16, a.device());
+  const ChannelMaps<float> m(&k, mask);
+  const float* pa = a.data<float>();
+  const float* pb = k.kb.empty() && mask == nullptr ? nullptr : b.data<float>();
+  auto* py = static_cast<std::uint16_t*>(y.raw_data());
+  with_bool(!k.kb.empty(), [&](auto with_b) {
+    with_bool(mask != nullptr, [&](auto masked) {
+      with_bool(k.relu, [&](auto relu) {
+        constexpr bool kB = decltype(with_b)::value, kMasked = decltype(masked)::value;
+        constexpr bool kRelu = decltype(relu)::value;
+        const std::int64_t groups = v.channels / 16, rows = v.outer * groups;
+#pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t at = r * v.inner * 16;
+          blocked_affine_row_operand16<kB, kMasked, kRelu>(
+              pa + at, pb != nullptr ? pb + at : nullptr, py + at, v.inner, m, (r % groups) * 16);
+        }
+      });
+    });
+  });
+  return y;
+#endif
 }
 
 Tensor CpuKernels::channel_affine_masked(const Tensor& a, const Tensor& b,

@@ -16,31 +16,18 @@
 // forward makes the scan's comparisons; the backward picks the first element equal to the scan's
 // maximum, which is the scan's winner), 5-25x faster on the CNN's shapes.
 //
-// Note [Pooled gradients as convolution operands]: under mixed_bfloat16 a max pool's input
-// gradient usually goes straight to the backward of the convolution that produced its input,
-// which rounds it to a bfloat16 blocked image first (Note [Convolution operands], ops.h). Written
-// as float32 and then rounded, dx crosses memory three times (the pool's write, the reorder's read
-// and write) for a tensor four times the size of dy, three quarters of it zeros. The operand
-// variant (ops::maxpool2d_backward's as_conv_operand) computes each window's float32 gradient in
-// registers, as the float32 loops do, and rounds it there with VCVTNEPS2BF16, the instruction
-// oneDNN's reorder runs on the CPUs where Mirror uses bfloat16 (cpu_has_bf16): the same bits as
-// conv2d_operand(dx), at half the bytes written. Sequential asks for it only where the producer's
-// backward reads dy through conv2d_operand alone (Layer::output_grad_is_conv_operand).
+// The 2x2 backward also writes its input gradient as a bfloat16 convolution operand (Note
+// [Gradients as convolution operands], mirror/ops.h): each window's float32 gradient is rounded
+// in registers (store_bf16x16, cpu_bf16_store.h).
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "cpu/cpu_bf16_store.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_vector_clones.h"
 #include "mirror/precision.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define MIRROR_POOL_OPERAND_KERNEL 1  // AVX-512 BF16 code, run only where the CPU has it
-#else
-#define MIRROR_POOL_OPERAND_KERNEL 0
-#endif
 
 namespace mirror::cpu {
 namespace {
@@ -248,22 +235,14 @@ Tensor blocked_copy(const Tensor& x, std::int64_t b) {
   return y;
 }
 
-#if MIRROR_POOL_OPERAND_KERNEL
-/// 16 floats rounded to bfloat16 (nearest even; NaNs stay NaN) by VCVTNEPS2BF16.
-[[gnu::target("avx512f,avx512bf16"), gnu::always_inline]] inline void store_bf16x16(
-    std::uint16_t* dst, const float* lanes) {
-  const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(lanes));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), reinterpret_cast<const __m256i&>(h));
-}
-
-/// Note [Pooled gradients as convolution operands]: the 2x2 backward over one plane of 16
+#if MIRROR_BF16_STORE
+/// Note [Gradients as convolution operands] (mirror/ops.h): the 2x2 backward over one plane of 16
 /// channels, each window's gradient rounded to bfloat16 in registers (out: the plane of a
 /// bfloat16 blocked image). Only called where the CPU has AVX-512 BF16.
-[[gnu::target("avx512f,avx512bf16")]] void blocked_backward_operand16(const float* __restrict plane,
-                                                                      const float* __restrict grad,
-                                                                      std::uint16_t* __restrict out,
-                                                                      const PoolDims& d,
-                                                                      bool relu) {
+[[MIRROR_BF16_TARGET]] void blocked_backward_operand16(const float* __restrict plane,
+                                                       const float* __restrict grad,
+                                                       std::uint16_t* __restrict out,
+                                                       const PoolDims& d, bool relu) {
   constexpr std::int64_t b = 16;
   alignas(64) float lanes[4][b];
   for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -302,12 +281,11 @@ Tensor CpuKernels::maxpool2d_backward_operand(const Tensor& x, const Tensor& y, 
                                               const ops::Pool2DGeometry& g, bool relu) {
   // The operand conv2d_operand would make: float32 math in bfloat16 mode, nChw16c.
   constexpr std::int64_t b = 16;
-  if (!MIRROR_POOL_OPERAND_KERNEL || math_mode() != MathMode::kBFloat16 ||
-      x.dtype() != DType::kFloat32 || ops::image_block(x) != b || !Pool2x2::applies(g) ||
-      !cpu_has_bf16()) {
+  if (!MIRROR_BF16_STORE || math_mode() != MathMode::kBFloat16 || x.dtype() != DType::kFloat32 ||
+      ops::image_block(x) != b || !Pool2x2::applies(g) || !cpu_has_bf16()) {
     return KernelSet::maxpool2d_backward_operand(x, y, dy, g, relu);
   }
-#if MIRROR_POOL_OPERAND_KERNEL
+#if MIRROR_BF16_STORE
   const PoolDims d(ops::image_shape(x), g);
   const Tensor grad = blocked_pool_grad(x, dy, d, b);
   Tensor dx = Tensor::empty(x.shape(), DType::kBFloat16, x.device());

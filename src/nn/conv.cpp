@@ -67,8 +67,8 @@ Tensor Conv2D::forward(const Tensor& x, ForwardContext&) {
 
 Tensor Conv2D::backward(const Tensor& dy) {
   MIRROR_CHECK(x_.defined(), InvalidArgument, name() + " (conv2d): backward without forward");
-  // dy is laid out like y, or it is y's image as a bfloat16 operand (Note [Pooled gradients as
-  // convolution operands], src/cpu/cpu_pool.cpp).
+  // dy is laid out like y, or it is y's image as a bfloat16 operand (Note [Gradients as
+  // convolution operands], mirror/ops.h).
   MIRROR_CHECK(
       dy.dtype() == y_.dtype() ? dy.shape() == y_.shape()
                                : ops::image_shape(dy) == ops::image_shape(y_),

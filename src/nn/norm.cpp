@@ -257,11 +257,15 @@ Tensor BatchNormalization::backward_in_layout(const Tensor& dy) {
     k0[k] = -g * sum_dy[k] / m;
   }
   // Padding did not enter the statistics, so the loss does not depend on it: no gradient.
-  const ops::ChannelAffine input_grad{.ka = ka, .kb = kb, .cb = mean_, .k0 = k0};
-  const Tensor dx = (masked ? ops::channel_affine(dy, x_, input_grad, v, relu_mask_)
-                            : ops::channel_affine(dy, x_, input_grad, v))
-                        .reshape(dy.shape());
-  return mask_.empty() ? dx : mask_samples(dx, mask_);
+  // Note [Gradients as convolution operands] (mirror/ops.h): dx is written as the
+  // producing convolution's operand when nothing is done to it after this map.
+  const bool operand = input_grad_as_conv_operand() && mask_.empty() && converted_block_ == 0;
+  const ops::ChannelAffine input_grad{
+      .ka = ka, .kb = kb, .cb = mean_, .k0 = k0, .conv_operand = operand};
+  const Tensor dx = masked ? ops::channel_affine(dy, x_, input_grad, v, relu_mask_)
+                           : ops::channel_affine(dy, x_, input_grad, v);
+  if (operand) return dx;  // laid out as conv2d_operand makes it, not necessarily like dy
+  return mask_.empty() ? dx.reshape(dy.shape()) : mask_samples(dx.reshape(dy.shape()), mask_);
 }
 
 // Note [Device batch norm] (mirror/ops.h): the same steps as forward/backward above, with the

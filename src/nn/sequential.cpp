@@ -140,7 +140,7 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
     producer.set_fuses_relu(fuse);
     if (fuse) reader->set_relu_done_by_producer(true);
   }
-  // Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): after the ReLU
+  // Note [Gradients as convolution operands] (mirror/ops.h): after the ReLU
   // pairs, which decide whether a convolution reads dy through conv2d_operand alone.
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (readers[i].size() != 1) continue;  // two readers' gradients are summed in float32

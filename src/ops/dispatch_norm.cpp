@@ -126,6 +126,14 @@ Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v) {
   require_affine(a, b, k, v);
   KernelSet& kernels = kernels_for(a.device());
+  if (k.conv_operand) {
+    ChannelAffine rest = filled(k, v);
+    rest.conv_operand = false;
+    if (!rest.relu || kernels.fused_channel_relu()) {
+      if (Tensor t = kernels.channel_affine_operand(a, b, rest, nullptr, v); t.defined()) return t;
+    }
+    return conv2d_operand(channel_affine(a, b, rest, v));
+  }
   if (!k.relu || kernels.fused_channel_relu()) return kernels.channel_affine(a, b, filled(k, v), v);
   ChannelAffine plain = filled(k, v);
   plain.relu = false;
@@ -137,6 +145,14 @@ Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
   require_affine(a, b, k, v);
   require_mask(a, b, mask, v, "channel_affine");
   KernelSet& kernels = kernels_for(a.device());
+  if (k.conv_operand) {
+    ChannelAffine rest = filled(k, v);
+    rest.conv_operand = false;
+    if (kernels.fused_channel_relu()) {
+      if (Tensor t = kernels.channel_affine_operand(a, b, rest, &mask, v); t.defined()) return t;
+    }
+    return conv2d_operand(channel_affine(a, b, rest, v, mask));
+  }
   if (kernels.fused_channel_relu()) return kernels.channel_affine_masked(a, b, filled(k, v), mask, v);
   ChannelAffine plain = filled(k, v);
   plain.relu = false;

@@ -73,7 +73,7 @@ class KernelSet {
                                          const ops::Pool2DGeometry& g) {
     return activation_backward(ops::Activation::kRelu, x, maxpool2d_backward(x, y, dy, g));
   }
-  /// Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): the max pool's
+  /// Note [Gradients as convolution operands] (mirror/ops.h): the max pool's
   /// input gradient (with the ReLU mask when `relu`) as conv2d_operand makes it. The default
   /// runs the two ops.
   virtual Tensor maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -131,6 +131,14 @@ class KernelSet {
   /// Every vector of `k` has `channels` values here (dispatch fills empty ones with zeros).
   virtual Tensor channel_affine(const Tensor& a, const Tensor& b, const ops::ChannelAffine& k,
                                 const ops::ChannelView& v) = 0;
+  /// Note [Gradients as convolution operands] (mirror/ops.h): channel_affine
+  /// (masked when `mask`) written as conv2d_operand would make its result, or an undefined tensor
+  /// where the backend has no such kernel for these arguments (dispatch then runs the two ops).
+  /// `k` is filled, its conv_operand false.
+  virtual Tensor channel_affine_operand(const Tensor&, const Tensor&, const ops::ChannelAffine&,
+                                        const ops::ReluMask*, const ops::ChannelView&) {
+    return {};
+  }
   // Note [Device batch norm] (mirror/ops.h); arguments checked by dispatch.
   virtual Tensor batchnorm_statistics(const Tensor& x, const Tensor& weights,
                                       const ops::ChannelView& v) = 0;

@@ -50,6 +50,7 @@ class BatchNormalization : public Layer {
   /// on the plain image.
   bool accepts_blocked_input() const override { return true; }
   bool can_fuse_relu() const override { return true; }
+  bool can_return_conv_operand() const override { return true; }
 
  private:
   ops::ChannelView view(const Tensor& x) const;

@@ -151,10 +151,9 @@ class Layer {
   void set_relu_masked_by_reader(bool masked) { relu_masked_by_reader_ = masked; }
   bool masks_input_relu() const { return masks_input_relu_; }
   void set_masks_input_relu(bool masks) { masks_input_relu_ = masks; }
-  /// Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): a layer whose
-  /// backward reads dy only through ops::conv2d_operand, and a reader that can return its input
-  /// gradient already made so. Sequential pairs a producer with its only reader
-  /// (input_grad_as_conv_operand).
+  /// Note [Gradients as convolution operands] (mirror/ops.h): a layer whose backward reads dy
+  /// only through ops::conv2d_operand, and a reader that can return its input gradient already
+  /// made so. Sequential pairs a producer with its only reader (input_grad_as_conv_operand).
   virtual bool output_grad_is_conv_operand() const { return false; }
   virtual bool can_return_conv_operand() const { return false; }
   bool input_grad_as_conv_operand() const { return input_grad_as_conv_operand_; }

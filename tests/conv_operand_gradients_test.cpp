@@ -1,9 +1,10 @@
-// Note [Pooled gradients as convolution operands] (src/cpu/cpu_pool.cpp): under mixed_bfloat16 a
-// max pool whose input gradient only a convolution's backward reads returns that gradient as
-// conv2d_operand would make it, computed and rounded in one pass. These tests pin that it is the
-// same bits as the two ops (window ties, ReLU masks, odd edges, rounding edges, NaN and -0 in dy),
-// that Sequential asks for it exactly where the producer reads dy through conv2d_operand alone,
-// and that a CNN's gradients are the same bits with and without it.
+// Note [Gradients as convolution operands] (mirror/ops.h): under mixed_bfloat16 a max pool or a
+// BatchNormalization whose input gradient only a convolution's backward reads returns that
+// gradient as conv2d_operand would make it, computed and rounded in one pass. These tests pin
+// that it is the same bits as the two ops (window ties, ReLU masks, odd edges, rounding edges,
+// NaN and -0), that Sequential asks for it exactly where the producer reads dy through
+// conv2d_operand alone, and that a CNN's and the ResNet's gradients are the same bits with and
+// without it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +27,7 @@ namespace {
 using ops_test::Pass;
 using ops_test::random;
 using ops_test::run_pass;
+using ops_test::values;
 
 /// The raw 16- or 32-bit words of a tensor (NaN payloads and -0 compare by their bits).
 std::vector<std::uint32_t> bits(const Tensor& t) {
@@ -53,14 +55,14 @@ Tensor coarse(const Shape& s, std::uint64_t seed) {
   return Tensor::from_vector(v, s);
 }
 
-class PooledOperand : public ::testing::Test {
+class ConvOperand : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cpu::cpu_has_bf16()) GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) lacks AVX-512 BF16";
   }
 };
 
-TEST_F(PooledOperand, IsTheBitsOfRoundingTheFloat32Gradient) {
+TEST_F(ConvOperand, PoolIsTheBitsOfRoundingTheFloat32Gradient) {
   // 9 x 7: an odd last row and column that no window covers (their gradient is +0).
   const Shape xs{3, 32, 9, 7};
   const Tensor x = coarse(xs, 61);
@@ -91,7 +93,7 @@ TEST_F(PooledOperand, IsTheBitsOfRoundingTheFloat32Gradient) {
   }
 }
 
-TEST_F(PooledOperand, ElsewhereTheTwoOpsRun) {
+TEST_F(ConvOperand, PoolElsewhereTheTwoOpsRun) {
   // Overlapping padded windows, and float32 math (where conv2d_operand keeps float32).
   const Tensor x = ops::blocked_image(coarse({2, 16, 8, 8}, 63), 16);
   ops::Pool2DGeometry g;
@@ -132,7 +134,7 @@ nn::Sequential cnn() {
       DType::kFloat32, Device::cpu(), 7);
 }
 
-TEST(PooledOperandPairs, OnlyAPoolWhoseInputAConvolutionReadsThroughItsOperandAlone) {
+TEST(ConvOperandPairs, OnlyAPoolWhoseInputAConvolutionReadsThroughItsOperandAlone) {
   nn::Sequential m = cnn();
   std::vector<std::string> paired;
   for (auto& layer : m.layers()) {
@@ -142,7 +144,7 @@ TEST(PooledOperandPairs, OnlyAPoolWhoseInputAConvolutionReadsThroughItsOperandAl
   EXPECT_EQ(paired, (std::vector<std::string>{"max_pooling2d_1", "max_pooling2d_4"}));
 }
 
-TEST_F(PooledOperand, TheCnnTrainsTheSameBitsWithAndWithoutThePairs) {
+TEST_F(ConvOperand, TheCnnTrainsTheSameBitsWithAndWithoutThePairs) {
   const Tensor x = random({4, 1, 16, 16}, 65, DType::kFloat32, 0.0, 1.0);
   nn::Sequential paired = cnn(), apart = cnn();
   for (auto& layer : apart.layers()) layer->set_input_grad_as_conv_operand(false);
@@ -158,6 +160,63 @@ TEST_F(PooledOperand, TheCnnTrainsTheSameBitsWithAndWithoutThePairs) {
     const Tensor y = p1.forward(m->layers()[0]->forward(x, ctx), ctx);
     EXPECT_EQ(p1.backward(random(y.shape(), 66, DType::kFloat32)).dtype(),
               m == &paired ? DType::kBFloat16 : DType::kFloat32);
+  }
+}
+
+TEST_F(ConvOperand, ChannelAffineIsTheBitsOfRoundingItsResult) {
+  // BatchNormalization's input gradient: ka dy + kb (x - cb) + k0, with and without its ReLU's
+  // mask, on a blocked image (the kernel) and a plain one (the two ops).
+  const Shape s{3, 32, 5, 7};
+  const Tensor dy = with_bits(random(s, 71, DType::kFloat32),
+                              {0x3F808000u, 0x3F818000u, 0x00000123u, 0x3FFFFFFFu, 0xBF838000u,
+                               0x80000000u, 0x7F7FFFFFu, 0x7F800000u, 0x7FC01234u, 0x7F800001u},
+                              101);
+  const Tensor x = coarse(s, 72);
+  const auto per_channel = [](std::uint64_t seed) { return values(random({32}, seed)); };
+  ops::ChannelAffine k{
+      .ka = per_channel(73), .kb = per_channel(74), .cb = per_channel(75), .k0 = per_channel(76)};
+  const ops::ReluMask mask{per_channel(77), per_channel(78), per_channel(79)};
+  ScopedMathMode mode(MathMode::kBFloat16);
+  for (std::int64_t block : {16, 0}) {
+    const ops::ChannelView v{3, 32, 35, block};
+    const Tensor a = ops::blocked_image(dy, block), b = ops::blocked_image(x, block);
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE("block " + std::to_string(block) + (masked ? ", masked" : ""));
+      k.conv_operand = true;
+      const Tensor fused =
+          masked ? ops::channel_affine(a, b, k, v, mask) : ops::channel_affine(a, b, k, v);
+      k.conv_operand = false;
+      const Tensor apart = ops::conv2d_operand(masked ? ops::channel_affine(a, b, k, v, mask)
+                                                      : ops::channel_affine(a, b, k, v));
+      EXPECT_EQ(fused.dtype(), DType::kBFloat16);
+      EXPECT_EQ(fused.shape(), (Shape{3, 2, 5, 7, 16}));
+      EXPECT_EQ(bits(fused), bits(apart));
+    }
+  }
+}
+
+nn::Sequential resnet() {
+  return nn::make_model(nn::ModelSpec::builtin("resnet").bind({{1, 28, 28}, DType::kFloat32, 10}),
+                        DType::kFloat32, Device::cpu(), 5);
+}
+
+TEST_F(ConvOperand, TheResNetTrainsTheSameBitsWithAndWithoutThePairs) {
+  const Tensor x = random({4, 1, 28, 28}, 81, DType::kFloat32, 0.0, 1.0);
+  nn::Sequential paired = resnet(), apart = resnet();
+  std::size_t pairs = 0, norms = 0;
+  for (auto& layer : paired.layers()) {
+    pairs += layer->input_grad_as_conv_operand();
+    norms += layer->kind() == "batch_normalization";
+  }
+  // Every BatchNormalization of the ResNet reads a convolution alone.
+  EXPECT_GT(norms, 0u);
+  EXPECT_EQ(pairs, norms);
+  for (auto& layer : apart.layers()) layer->set_input_grad_as_conv_operand(false);
+  ScopedMathMode mode(MathMode::kBFloat16);
+  for (const bool padded : {false, true}) {
+    SCOPED_TRACE(padded ? "padded" : "full");
+    ops_test::expect_same_pass(run_pass(paired, x, true, padded), run_pass(apart, x, true, padded),
+                               paired);
   }
 }
 
