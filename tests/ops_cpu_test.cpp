@@ -101,6 +101,34 @@ TEST_P(OpsCpuTyped, BiasAddAndAccumulatedBiasGrad) {
   EXPECT_EQ(values(db), (std::vector<double>{29, 45, 61}));
 }
 
+TEST_P(OpsCpuTyped, DenseBiasLoopsRunAlongTheChannelsWithTheSameSums) {
+  // A dense layer's [N, C] output (inner 1) takes the loops along the channels; each channel's
+  // gradient is still the rows' sum in double, in row order, added to dbias in T. 600 channels:
+  // more than one span of the channel loop, and not a multiple of it.
+  const std::int64_t n = 67, c = 600;
+  const Tensor dy = ops_test::random({n, c}, 31, dt());
+  const Tensor db0 = ops_test::random({c}, 32, dt());
+  Tensor y = dy.clone(), db = db0.clone();
+  ops::bias_add(y, db0);
+  ops::bias_grad(dy, db);
+  const std::vector<double> d = values(dy), b0 = values(db0), got_y = values(y), got_b = values(db);
+  const bool f32 = dt() == DType::kFloat32;
+  const auto in_t = [f32](double v) {
+    return f32 ? static_cast<double>(static_cast<float>(v)) : v;
+  };
+  for (std::int64_t k = 0; k < c; ++k) {
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      s += d[static_cast<std::size_t>(i * c + k)];
+      ASSERT_EQ(got_y[static_cast<std::size_t>(i * c + k)],
+                in_t(d[static_cast<std::size_t>(i * c + k)] + b0[static_cast<std::size_t>(k)]))
+          << "row " << i << ", channel " << k;
+    }
+    ASSERT_EQ(got_b[static_cast<std::size_t>(k)], in_t(b0[static_cast<std::size_t>(k)] + in_t(s)))
+        << "channel " << k;
+  }
+}
+
 // ---------------------------------------------------------------- convolution
 
 TEST_P(OpsCpuTyped, Conv3x3SamePaddingByHand) {

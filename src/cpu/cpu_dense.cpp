@@ -1,6 +1,7 @@
 // Dense kernels: GEMM (float32 through oneDNN's dnnl_sgemm, or its bfloat16 matmul under
 // MathMode::kBFloat16; float64 through reference loops that double as the test oracle), bias add
 // and bias gradient.
+#include <algorithm>
 #include <cstdio>
 #include <dnnl.hpp>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "cpu/cpu_dnnl.h"
 #include "cpu/cpu_kernels.h"
+#include "cpu/cpu_vector_clones.h"
 #include "mirror/precision.h"
 
 namespace mirror::cpu {
@@ -261,12 +263,40 @@ void CpuKernels::gemm(bool ta, bool tb, double alpha, const Tensor& a, const Ten
   });
 }
 
+namespace {
+
+// A dense layer's [N, C] output has one element per channel and row (inner 1): its loops run
+// along the channels, where the vector lanes are, instead of one channel at a time.
+template <class T>
+MIRROR_VECTOR_CLONES void add_row_bias(T* __restrict row, const T* __restrict bias,
+                                       std::int64_t ch) {
+  for (std::int64_t c = 0; c < ch; ++c) row[c] += bias[c];
+}
+
+/// acc[c] += rows[i][c] for every row i in order: each channel's sum in the order of the
+/// channel-at-a-time loop, so the same bits.
+template <class T>
+MIRROR_VECTOR_CLONES void sum_rows(const T* __restrict rows, double* __restrict acc, std::int64_t n,
+                                   std::int64_t stride, std::int64_t width) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T* row = rows + i * stride;
+    for (std::int64_t c = 0; c < width; ++c) acc[c] += static_cast<double>(row[c]);
+  }
+}
+
+}  // namespace
+
 void CpuKernels::bias_add(Tensor& y, const Tensor& bias) {
   const std::int64_t n = y.dim(0), ch = y.dim(1), inner = n * ch > 0 ? y.numel() / (n * ch) : 0;
   with_float(y, "bias_add", [&](auto t) {
     using T = decltype(t);
     T* yp = y.data<T>();
     const T* bp = bias.data<T>();
+    if (inner == 1) {
+#pragma omp parallel for schedule(static) if (y.numel() > kParallelGrain)
+      for (std::int64_t i = 0; i < n; ++i) add_row_bias(yp + i * ch, bp, ch);
+      return;
+    }
 #pragma omp parallel for schedule(static) if (y.numel() > kParallelGrain)
     for (std::int64_t nc = 0; nc < n * ch; ++nc) {
       const T bv = bp[nc % ch];
@@ -282,6 +312,18 @@ void CpuKernels::bias_grad(const Tensor& dy, Tensor& dbias) {
     using T = decltype(t);
     const T* dp = dy.data<T>();
     T* gp = dbias.data<T>();
+    if (inner == 1) {
+      // Threads take ranges of channels, each summed over the rows in order: deterministic.
+      constexpr std::int64_t kSpan = 256;
+#pragma omp parallel for schedule(static) if (dy.numel() > kParallelGrain)
+      for (std::int64_t c0 = 0; c0 < ch; c0 += kSpan) {
+        const std::int64_t width = std::min(kSpan, ch - c0);
+        double acc[kSpan] = {};
+        sum_rows(dp + c0, acc, n, ch, width);
+        for (std::int64_t c = 0; c < width; ++c) gp[c0 + c] += static_cast<T>(acc[c]);
+      }
+      return;
+    }
     // One channel per iteration, summed in a fixed order: deterministic for any thread count.
 #pragma omp parallel for schedule(static) if (dy.numel() > kParallelGrain)
     for (std::int64_t c = 0; c < ch; ++c) {
