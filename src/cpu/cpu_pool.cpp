@@ -59,6 +59,35 @@ std::int64_t window_argmax(const T* plane, const PoolDims& d, std::int64_t oh, s
   return best;  // >= 0: padding < kernel (checked) puts at least one real position in a window
 }
 
+/// One unpadded 2x2 window's gradient, b lanes (one for a plain image, the block for a blocked
+/// one): r0 and r1 point at its top-left position in the input's two rows, src at its lanes of
+/// dy; d0..d3 receive the gradient of its four positions in row-major order, dy at the first
+/// maximum (0 + dy: the '+' keeps the general path's -0 -> +0) and 0 elsewhere. `relu`: also 0
+/// where the maximum is not positive (Note [ReLU through max pool]).
+template <class T, int B>
+[[gnu::always_inline]] inline void window2x2_backward(const T* r0, const T* r1, const T* src, T* d0,
+                                                      T* d1, T* d2, T* d3, std::int64_t runtime_b,
+                                                      bool relu) {
+  const std::int64_t b = B > 0 ? B : runtime_b;
+  for (std::int64_t l = 0; l < b; ++l) {
+    const T v0 = r0[l], v1 = r0[b + l], v2 = r1[l], v3 = r1[b + l];
+    T m = v0;  // the forward's scan
+    m = v1 > m ? v1 : m;
+    m = v2 > m ? v2 : m;
+    m = v3 > m ? v3 : m;
+    // The scan's winner is the first element equal to m (every earlier one is smaller), or v0
+    // when none is (m is NaN only when v0 is). Masks, not branches: this vectorizes. Bitwise
+    // '&'/'|' on purpose: '&&' would be control flow.
+    const bool e0 = v0 == m, e1 = v1 == m, e2 = v2 == m, e3 = v3 == m;
+    const bool to1 = !e0 & e1, to2 = !e0 & !e1 & e2, to3 = !e0 & !e1 & !e2 & e3;
+    const T v = relu && !(m > T(0)) ? T(0) : T(0) + src[l];
+    d0[l] = !(to1 | to2 | to3) ? v : T(0);
+    d1[l] = to1 ? v : T(0);
+    d2[l] = to2 ? v : T(0);
+    d3[l] = to3 ? v : T(0);
+  }
+}
+
 /// The 2x2 / stride-2 / unpadded case. Windows tile the input without overlap (an odd last row
 /// or column belongs to no window), so the backward pass writes every dx element exactly once
 /// and needs no zero fill.
@@ -84,8 +113,7 @@ struct Pool2x2 {
     }
   }
 
-  /// dx = 0 + dy at the first maximum (the '+' keeps the general path's -0 -> +0), 0 elsewhere.
-  /// `relu`: also 0 where the maximum is not positive (Note [ReLU through max pool]).
+  /// window2x2_backward over a plain plane.
   template <class T>
   static void backward(const T* plane, const T* grad, T* out, const PoolDims& d, bool relu) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -93,24 +121,10 @@ struct Pool2x2 {
       const T* r1 = r0 + d.w;
       T* o0 = out + 2 * oh * d.w;
       T* o1 = o0 + d.w;
-      const T* g = grad + oh * d.ow;
       for (std::int64_t ow = 0; ow < d.ow; ++ow) {
         const std::int64_t j = 2 * ow;
-        const T a = r0[j], b = r0[j + 1], c = r1[j], e = r1[j + 1];
-        T m = a;  // the forward's scan
-        m = b > m ? b : m;
-        m = c > m ? c : m;
-        m = e > m ? e : m;
-        // The scan's winner is the first element equal to m (every earlier one is smaller), or
-        // `a` when none is (m is NaN only when a is). Masks, not branches: this vectorizes.
-        // Bitwise '&'/'|' on purpose: '&&' would be control flow.
-        const bool ab = a == m, bb = b == m, cb = c == m, eb = e == m;
-        const bool to_b = !ab & bb, to_c = !ab & !bb & cb, to_e = !ab & !bb & !cb & eb;
-        const T v = relu && !(m > T(0)) ? T(0) : T(0) + g[ow];
-        o0[j] = !(to_b | to_c | to_e) ? v : T(0);
-        o0[j + 1] = to_b ? v : T(0);
-        o1[j] = to_c ? v : T(0);
-        o1[j + 1] = to_e ? v : T(0);
+        window2x2_backward<T, 1>(r0 + j, r1 + j, grad + oh * d.ow + ow, o0 + j, o0 + j + 1, o1 + j,
+                                 o1 + j + 1, 1, relu);
       }
       for (std::int64_t j = 2 * d.ow; j < d.w; ++j) o0[j] = o1[j] = T(0);  // odd last column
     }
@@ -152,30 +166,6 @@ MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restri
         out[(oh * d.ow + ow) * b + l] = plane[best];
       }
     }
-  }
-}
-
-/// One 2x2 window of a blocked image, b lanes: r0 and r1 point at its top-left position in the
-/// input's two rows, src at its lanes of dy; d0..d3 receive the gradient of its four positions in
-/// row-major order. As Pool2x2::backward: the first element equal to the scan's maximum.
-template <class T, int B>
-[[gnu::always_inline]] inline void window2x2_backward(const T* r0, const T* r1, const T* src, T* d0,
-                                                      T* d1, T* d2, T* d3, std::int64_t runtime_b,
-                                                      bool relu) {
-  const std::int64_t b = B > 0 ? B : runtime_b;
-  for (std::int64_t l = 0; l < b; ++l) {
-    const T v0 = r0[l], v1 = r0[b + l], v2 = r1[l], v3 = r1[b + l];
-    T m = v0;
-    m = v1 > m ? v1 : m;
-    m = v2 > m ? v2 : m;
-    m = v3 > m ? v3 : m;
-    const bool e0 = v0 == m, e1 = v1 == m, e2 = v2 == m, e3 = v3 == m;
-    const bool to1 = !e0 & e1, to2 = !e0 & !e1 & e2, to3 = !e0 & !e1 & !e2 & e3;
-    const T v = relu && !(m > T(0)) ? T(0) : T(0) + src[l];
-    d0[l] = !(to1 | to2 | to3) ? v : T(0);
-    d1[l] = to1 ? v : T(0);
-    d2[l] = to2 ? v : T(0);
-    d3[l] = to3 ? v : T(0);
   }
 }
 
