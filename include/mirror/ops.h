@@ -137,8 +137,8 @@ Tensor maxpool2d_forward(const Tensor& x, const Pool2DGeometry& g, bool blocked_
 /// dy is laid out like y; dx like x. `relu_input`: x is a ReLU's output, and dx gets its mask
 /// too (relu backward through x), in one pass (Note [ReLU through max pool], cpu_pool.cpp).
 /// `as_conv_operand`: dx comes back as conv2d_operand(dx) would make it, for a gradient that only
-/// a convolution's backward reads (Note [Gradients as convolution operands],
-/// mirror/ops.h): the same bits, without writing the float32 dx first.
+/// a convolution's backward reads (Note [Gradients as convolution operands] above): the same
+/// bits, without writing the float32 dx first.
 Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Pool2DGeometry& g, bool relu_input = false,
                           bool as_conv_operand = false);
@@ -204,7 +204,7 @@ struct ChannelAffine {
   /// The map's ReLU, max(out, 0), applied as it is written (Note [BatchNorm and ReLU]).
   bool relu = false;
   /// The result as conv2d_operand would make it, for a map only a convolution's backward reads
-  /// (Note [Gradients as convolution operands], mirror/ops.h): the same bits.
+  /// (Note [Gradients as convolution operands] above): the same bits.
   bool conv_operand = false;
 };
 /// out[o, c, i] = ka[c] (a[o, c, i] - ca[c]) + kb[c] (b[o, c, i] - cb[c]) + k0[c], computed in

@@ -380,12 +380,12 @@ Tensor CpuKernels::channel_affine(const Tensor& a, const Tensor& b, const ops::C
 Tensor CpuKernels::channel_affine_operand(const Tensor& a, const Tensor& b,
                                           const ops::ChannelAffine& k, const ops::ReluMask* mask,
                                           const ops::ChannelView& v) {
+#if MIRROR_BF16_STORE
   // Only what conv2d_operand would round: float32 math in bfloat16 mode, nChw16c.
-  if (!MIRROR_BF16_STORE || math_mode() != MathMode::kBFloat16 || a.dtype() != DType::kFloat32 ||
-      v.block != 16 || a.rank() != 5 || !cpu_has_bf16()) {
+  if (math_mode() != MathMode::kBFloat16 || a.dtype() != DType::kFloat32 || v.block != 16 ||
+      a.rank() != 5 || !cpu_has_bf16()) {
     return {};
   }
-#if MIRROR_BF16_STORE
   Tensor y = Tensor::empty(a.shape(), DType::kBFloat16, a.device());
   const ChannelMaps<float> m(&k, mask);
   const float* pa = a.data<float>();
@@ -407,6 +407,8 @@ Tensor CpuKernels::channel_affine_operand(const Tensor& a, const Tensor& b,
     });
   });
   return y;
+#else
+  return {};
 #endif
 }
 

@@ -269,13 +269,13 @@ Tensor blocked_pool_grad(const Tensor& x, const Tensor& dy, const PoolDims& d, s
 
 Tensor CpuKernels::maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
                                               const ops::Pool2DGeometry& g, bool relu) {
+#if MIRROR_BF16_STORE
   // The operand conv2d_operand would make: float32 math in bfloat16 mode, nChw16c.
   constexpr std::int64_t b = 16;
-  if (!MIRROR_BF16_STORE || math_mode() != MathMode::kBFloat16 || x.dtype() != DType::kFloat32 ||
+  if (math_mode() != MathMode::kBFloat16 || x.dtype() != DType::kFloat32 ||
       ops::image_block(x) != b || !Pool2x2::applies(g) || !cpu_has_bf16()) {
     return KernelSet::maxpool2d_backward_operand(x, y, dy, g, relu);
   }
-#if MIRROR_BF16_STORE
   const PoolDims d(ops::image_shape(x), g);
   const Tensor grad = blocked_pool_grad(x, dy, d, b);
   Tensor dx = Tensor::empty(x.shape(), DType::kBFloat16, x.device());
@@ -289,6 +289,8 @@ Tensor CpuKernels::maxpool2d_backward_operand(const Tensor& x, const Tensor& y, 
                                dxp + p * d.h * d.w * b, d, relu);
   }
   return dx;
+#else
+  return KernelSet::maxpool2d_backward_operand(x, y, dy, g, relu);
 #endif
 }
 
