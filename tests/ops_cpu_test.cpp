@@ -251,6 +251,39 @@ TEST_P(OpsCpuTyped, MaxPoolBackwardWithTheReluMaskIsReluBackwardOfItsGradient) {
   }
 }
 
+TEST(OpsCpu, PlainPoolsOfEightKChannelsRouteAsOneChannelAtATime) {
+  // A plain float32 image with 8k channels takes the blocked 2x2 loops (converted there and
+  // back); one channel at a time takes the plain loop. Same windows, tie rule and ReLU mask: the
+  // same bits, for blocks of 16 (32 channels) and 8 (24), odd edges and many ties.
+  for (const std::int64_t c : {32, 24}) {
+    const Shape xs{3, c, 9, 7};
+    std::vector<float> xv = ops_test::random(xs, 7, DType::kFloat32).to_vector<float>();
+    for (float& e : xv) e = std::round(e * 3.0f) / 4.0f;
+    const Tensor x = Tensor::from_vector(xv, xs);
+    const ops::Pool2DGeometry g;
+    const Tensor y = ops::maxpool2d_forward(x, g);
+    const Tensor dy = ops_test::random(y.shape(), 8, DType::kFloat32);
+    const std::vector<float> dyv = dy.to_vector<float>();
+    for (const bool relu : {false, true}) {
+      const std::vector<float> dx = ops::maxpool2d_backward(x, y, dy, g, relu).to_vector<float>();
+      for (std::int64_t n = 0; n < 3; ++n) {
+        for (std::int64_t k = 0; k < c; ++k) {
+          const auto plane = [&](const std::vector<float>& v, std::int64_t size) {
+            const auto at = static_cast<std::ptrdiff_t>((n * c + k) * size);
+            return std::vector<float>(v.begin() + at, v.begin() + at + size);
+          };
+          const Tensor xk = Tensor::from_vector(plane(xv, 63), {1, 1, 9, 7});
+          const Tensor dyk = Tensor::from_vector(plane(dyv, 12), {1, 1, 4, 3});
+          const Tensor dxk =
+              ops::maxpool2d_backward(xk, ops::maxpool2d_forward(xk, g), dyk, g, relu);
+          ASSERT_EQ(plane(dx, 63), dxk.to_vector<float>())
+              << c << " channels, sample " << n << ", channel " << k << (relu ? ", relu" : "");
+        }
+      }
+    }
+  }
+}
+
 TEST(OpsCpu, MaxPoolRejectsPaddingAsLargeAsTheWindow) {
   ops::Pool2DGeometry g;
   g.pad_top = 2;
