@@ -277,10 +277,11 @@ Tensor maxpool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
   if (as_conv_operand) {
     MIRROR_REQUIRE(image_shape(x).size() == 4, "maxpool2d_backward",
                    "expected an image [N, C, H, W], got " + x.str());
-    return k.maxpool2d_backward_operand(x, y, dy, g, relu_input);
+    if (Tensor t = k.maxpool2d_backward_operand(x, y, dy, g, relu_input); t.defined()) return t;
   }
-  if (relu_input) return k.maxpool2d_backward_relu(x, y, dy, g);
-  return k.maxpool2d_backward(x, y, dy, g);
+  const Tensor dx =
+      relu_input ? k.maxpool2d_backward_relu(x, y, dy, g) : k.maxpool2d_backward(x, y, dy, g);
+  return as_conv_operand ? conv2d_operand(dx) : dx;
 }
 
 Tensor activation_forward(Activation act, const Tensor& x) {

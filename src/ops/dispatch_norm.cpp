@@ -110,6 +110,20 @@ Tensor masked(KernelSet& k, const Tensor& a, const Tensor& b, const ReluMask& ma
   return k.activation_backward(Activation::kRelu, m, a);
 }
 
+/// Note [Gradients as convolution operands]: channel_affine (masked when `mask`) as
+/// conv2d_operand makes its result: the backend's kernel where it has one (a kernel that fuses
+/// the ReLU and the mask), else the map and then conv2d_operand.
+Tensor affine_operand(KernelSet& kernels, const Tensor& a, const Tensor& b, const ChannelAffine& k,
+                      const ChannelView& v, const ReluMask* mask) {
+  ChannelAffine rest = filled(k, v);
+  rest.conv_operand = false;
+  if (kernels.fused_channel_relu()) {
+    if (Tensor t = kernels.channel_affine_operand(a, b, rest, mask, v); t.defined()) return t;
+  }
+  return conv2d_operand(mask != nullptr ? channel_affine(a, b, rest, v, *mask)
+                                        : channel_affine(a, b, rest, v));
+}
+
 }  // namespace
 
 std::vector<double> channel_sums(const Tensor& a, const Tensor& b, const ChannelView& v,
@@ -126,14 +140,7 @@ Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
                       const ChannelView& v) {
   require_affine(a, b, k, v);
   KernelSet& kernels = kernels_for(a.device());
-  if (k.conv_operand) {
-    ChannelAffine rest = filled(k, v);
-    rest.conv_operand = false;
-    if (!rest.relu || kernels.fused_channel_relu()) {
-      if (Tensor t = kernels.channel_affine_operand(a, b, rest, nullptr, v); t.defined()) return t;
-    }
-    return conv2d_operand(channel_affine(a, b, rest, v));
-  }
+  if (k.conv_operand) return affine_operand(kernels, a, b, k, v, nullptr);
   if (!k.relu || kernels.fused_channel_relu()) return kernels.channel_affine(a, b, filled(k, v), v);
   ChannelAffine plain = filled(k, v);
   plain.relu = false;
@@ -145,14 +152,7 @@ Tensor channel_affine(const Tensor& a, const Tensor& b, const ChannelAffine& k,
   require_affine(a, b, k, v);
   require_mask(a, b, mask, v, "channel_affine");
   KernelSet& kernels = kernels_for(a.device());
-  if (k.conv_operand) {
-    ChannelAffine rest = filled(k, v);
-    rest.conv_operand = false;
-    if (kernels.fused_channel_relu()) {
-      if (Tensor t = kernels.channel_affine_operand(a, b, rest, &mask, v); t.defined()) return t;
-    }
-    return conv2d_operand(channel_affine(a, b, rest, v, mask));
-  }
+  if (k.conv_operand) return affine_operand(kernels, a, b, k, v, &mask);
   if (kernels.fused_channel_relu()) return kernels.channel_affine_masked(a, b, filled(k, v), mask, v);
   ChannelAffine plain = filled(k, v);
   plain.relu = false;

@@ -73,13 +73,12 @@ class KernelSet {
                                          const ops::Pool2DGeometry& g) {
     return activation_backward(ops::Activation::kRelu, x, maxpool2d_backward(x, y, dy, g));
   }
-  /// Note [Gradients as convolution operands] (mirror/ops.h): the max pool's
-  /// input gradient (with the ReLU mask when `relu`) as conv2d_operand makes it. The default
-  /// runs the two ops.
-  virtual Tensor maxpool2d_backward_operand(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                            const ops::Pool2DGeometry& g, bool relu) {
-    return conv2d_operand(relu ? maxpool2d_backward_relu(x, y, dy, g)
-                               : maxpool2d_backward(x, y, dy, g));
+  /// Note [Gradients as convolution operands] (mirror/ops.h): the max pool's input gradient
+  /// (with the ReLU mask when `relu`) as conv2d_operand makes it, or an undefined tensor where
+  /// the backend has no such kernel for these arguments (dispatch then runs the two ops).
+  virtual Tensor maxpool2d_backward_operand(const Tensor&, const Tensor&, const Tensor&,
+                                            const ops::Pool2DGeometry&, bool) {
+    return {};
   }
 
   virtual Tensor activation_forward(ops::Activation act, const Tensor& x) = 0;
