@@ -1,11 +1,15 @@
 // The stop request: stop signals are taken by one thread of their own (Note [Stop signals]).
 #include "mirror/distributed/preemption.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace mirror::dist {
@@ -56,7 +60,39 @@ void take_stop_signals() {
   }
 }
 
+// Note [Stop hand-off]: mpirun forwards a signal to whatever processes of the job exist, and a
+// rank that has not yet installed its handlers (mpirun's daemon forks it, resets its signals to
+// the defaults and execs it; the program's main() comes milliseconds later) dies of it: SIGUSR1's
+// default action ends the process, "exited on signal 10", and the stop is lost. No mask set
+// before the exec survives, since Open MPI's launcher unblocks every signal in the child. So
+// launch/mirrorrun holds the signal back until the ranks can take it, and leaves a note they
+// read meanwhile:
+//   - mirrorrun exports MIRROR_STOP_FILE (a path in its own temporary folder) to the ranks;
+//   - on its first stop signal it creates that file, then forwards SIGUSR1 to mpirun only if
+//     MIRROR_STOP_FILE.ready exists; otherwise it waits for that file and forwards then;
+//   - a rank installs its handlers, then looks for the stop file (install_stop_handlers): found,
+//     it is a stop request like a signal, carried to every rank by the next step's all-reduce;
+//   - once every rank has its handlers, a rank creates MIRROR_STOP_FILE.ready
+//     (report_stop_handlers_ready; mirror-train: after the Runtime's start-up, whose all-gather
+//     every rank reaches only after installing its handlers first thing in main).
+// A rank that looked before the file existed has its handlers, and so gets the forwarded signal
+// once the ready file appears; a rank that looks after finds the file. Either way no stop is
+// lost and no rank is killed. Ranks on other nodes see neither file (mirrorrun's folder is
+// local): mirrorrun forwards after MIRRORRUN_STOP_WAIT_S without the ready file (launch/mirrorrun).
+bool stop_file_exists() {
+  const char* path = std::getenv(kStopFileVariable);
+  return path != nullptr && *path != '\0' && ::access(path, F_OK) == 0;
+}
+
 }  // namespace
+
+void report_stop_handlers_ready() {
+  const char* path = std::getenv(kStopFileVariable);
+  if (path == nullptr || *path == '\0') return;
+  const std::string ready = std::string(path) + ".ready";
+  const int fd = ::open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+}
 
 void install_stop_handlers() {
   struct sigaction action = {};
@@ -71,6 +107,7 @@ void install_stop_handlers() {
     // Detached: it lives as long as the process and holds nothing to clean up.
     std::thread(take_stop_signals).detach();
   });
+  if (stop_file_exists()) g_stop.store(1);  // Note [Stop hand-off]
 }
 
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed) != 0; }

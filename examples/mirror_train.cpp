@@ -17,6 +17,10 @@
 using mirror::train::TrainConfig;
 
 int main(int argc, char** argv) {
+  // First: before MPI start-up and before any thread exists, so that every thread inherits the
+  // block (Note [Stop signals], preemption.cpp); a stop signal during start-up, or one that
+  // launch/mirrorrun held back (Note [Stop hand-off]), stops the run after step 1.
+  mirror::dist::install_stop_handlers();
   TrainConfig config;
   // Flags are checked before MPI starts, so a typo fails fast with exit code 2 on every rank.
   try {
@@ -36,9 +40,6 @@ int main(int argc, char** argv) {
     std::cerr << "mirror-train: error: " << mirror::message_for(e) << " (see --help)\n";
     return 2;
   }
-  // Before MPI start-up and before any thread exists, so that every thread inherits the block
-  // (Note [Stop signals], preemption.cpp); a stop signal during start-up stops after step 1.
-  mirror::dist::install_stop_handlers();
   mirror::dist::RunOptions run_options;
   run_options.startup_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(config.startup_timeout_s * 1000));
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
       [&](mirror::dist::Runtime& runtime) {
         // Again after MPI start-up, in case MPI replaced the fallback handler (Note [Preemption]).
         mirror::dist::install_stop_handlers();
+        // Every rank installed its handlers before MPI start-up, which has now ended on every
+        // rank: mirrorrun may forward stop signals (Note [Stop hand-off]).
+        mirror::dist::report_stop_handlers_ready();
         auto stop = [&](const std::exception& e, int code, bool speaker) {
           if (speaker) {
             std::cerr << "[mirror rank " << runtime.world_rank()

@@ -8,13 +8,17 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "mirror/distributed/preemption.h"
 #include "mirror/ops.h"
 #include "mirror/tensor.h"
+#include "temp_dir.h"
 
 namespace mirror {
 namespace {
@@ -51,6 +55,28 @@ TEST(StopSignals, AProcessSignalSetsTheFlagOnce) {
   EXPECT_TRUE(dist::stop_requested());
   dist::clear_stop_request();
   EXPECT_FALSE(dist::stop_requested());
+}
+
+// Note [Stop hand-off]: the file launch/mirrorrun creates when it holds a stop back is a stop
+// request once the handlers are in place; the ready file tells mirrorrun it may forward signals.
+TEST(StopSignals, MirrorrunsStopFileIsAStopAndTheReadyFileIsWritten) {
+  testing_util::TempDir dir("mirror-stop-file");
+  const std::filesystem::path stop = dir.path() / "stop";
+  ASSERT_EQ(::setenv(dist::kStopFileVariable, stop.c_str(), 1), 0);
+  dist::clear_stop_request();
+  dist::install_stop_handlers();
+  EXPECT_FALSE(dist::stop_requested()) << "no stop file yet";
+  std::ofstream(stop).put('\n');
+  dist::install_stop_handlers();
+  EXPECT_TRUE(dist::stop_requested()) << "the stop file was not taken as a stop";
+  dist::clear_stop_request();
+
+  EXPECT_FALSE(std::filesystem::exists(stop.string() + ".ready"));
+  dist::report_stop_handlers_ready();
+  EXPECT_TRUE(std::filesystem::exists(stop.string() + ".ready"));
+  ::unsetenv(dist::kStopFileVariable);
+  dist::install_stop_handlers();
+  EXPECT_FALSE(dist::stop_requested()) << "without MIRROR_STOP_FILE nothing is read";
 }
 
 // Before the fix this test died within a second: "corrupted size vs. prev_size while

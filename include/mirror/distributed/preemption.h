@@ -22,8 +22,21 @@ inline constexpr int kExitPreempted = 5;
 
 /// Routes SIGTERM, SIGINT and SIGUSR1 to one thread of their own that sets the flag, and blocks
 /// them in the calling thread and so in every thread created after it (Note [Stop signals],
-/// preemption.cpp): call it first in main(), before any thread exists. Idempotent.
+/// preemption.cpp): call it first in main(), before any thread exists. Idempotent. Sets the flag
+/// when mirrorrun's stop file exists (Note [Stop hand-off]).
 void install_stop_handlers();
+/// Note [Stop hand-off]: a stop that launch/mirrorrun received before the ranks could take it.
+/// mirrorrun names a file in MIRROR_STOP_FILE and creates it when it is signalled;
+/// install_stop_handlers() sets the flag when that file exists, and report_stop_handlers_ready()
+/// creates MIRROR_STOP_FILE.ready, after which mirrorrun forwards its signal (as SIGUSR1 through
+/// mpirun) instead of holding it back. Without MIRROR_STOP_FILE both do nothing.
+inline constexpr const char* kStopFileVariable = "MIRROR_STOP_FILE";
+/// Tells launch/mirrorrun that every rank of the job has its stop handlers (Note [Stop
+/// hand-off]): call it on any rank once that is true, e.g. after the Runtime's start-up in a
+/// program that called install_stop_handlers() before creating the Runtime (mirror-train).
+/// Failures are ignored (a rank on another node may not see mirrorrun's folder).
+void report_stop_handlers_ready();
+
 /// True once a stop signal arrived at this process (or request_stop() was called).
 bool stop_requested();
 /// Sets the flag as a signal would (tests; programs with their own handlers).
