@@ -121,8 +121,9 @@ po::options_description make_options() {
       "compare replica weights every K steps (0 = never)")(
       "max-skipped-steps", po::value<int>(),
       "stop the run (exit code 1) after K steps in a row skipped for non-finite gradients "
-      "(default 10; 0 = never)")("checkpoint-dir", po::value<std::string>(),
-                                 "write checkpoints here (rank 0)")(
+      "(default 10; 0 = never)")(
+      "checkpoint-dir", po::value<std::string>(),
+      "write checkpoints here (rank 0; default when resuming: the --resume folder)")(
       "checkpoint-every", po::value<std::int64_t>(),
       "checkpoint every N steps (default: each epoch)")("keep", po::value<int>(),
                                                         "checkpoints kept (default 3; 0 = all)")(

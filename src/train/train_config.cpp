@@ -297,8 +297,10 @@ void TrainConfig::validate() const {
   require(tensorboard.empty() || TensorBoardWriter::available(),
           "--tensorboard needs a build with protobuf: install libprotobuf-dev and "
           "protobuf-compiler (scripts/setup.sh) and build again");
-  require(checkpoint_every == 0 || !checkpoint_dir.empty(),
-          "--checkpoint-every needs --checkpoint-dir");
+  require(checkpoint_every == 0 || !checkpoint_dir.empty() || !resume.empty(),
+          "--checkpoint-every " + std::to_string(checkpoint_every) +
+              " needs a folder to save into: give --checkpoint-dir DIR (or --resume DIR, "
+              "which saves into DIR)");
 }
 
 }  // namespace mirror::train

@@ -285,22 +285,33 @@ void Trainer::Impl::check_checkpoint_dir() {
       " to continue that run, --overwrite-checkpoints to delete them, or use another folder");
 }
 
-std::string Trainer::Impl::find_checkpoint(std::string& found) {
+// Note [Saving where it resumed]: a run resumed with --resume DIR (or --resume-or-start DIR)
+// and no --checkpoint-dir saves its checkpoints into DIR, as a preempted user who adds --resume
+// to the same command expects (with --checkpoint-every, which alone would need a folder); the
+// folder's lock (Note [Checkpoint folder lock]) and Note [Foreign checkpoints] apply to it as
+// to a --checkpoint-dir, and --checkpoint-dir still names another folder. Since saving creates
+// the folder, whether --resume names one is decided before: check_resume_folder, first in
+// open_outputs.
+void Trainer::Impl::check_resume_folder() {
   // A mistyped path must not silently start a fresh run (the manager would create it).
-  const bool exists = fs::is_directory(config.resume);
-  if (!exists && config.resume_or_start) {
+  resume_folder_missing = !fs::is_directory(config.resume);
+  if (!resume_folder_missing) return;
+  std::error_code ec;
+  MIRROR_CHECK(!fs::exists(config.resume, ec), InvalidArgument,
+               "--resume " + config.resume +
+                   ": not a folder; give the checkpoint folder (--checkpoint-dir of the run), "
+                   "not a checkpoint file");
+  MIRROR_CHECK(config.resume_or_start, InvalidArgument,
+               "--resume " + config.resume +
+                   ": no such folder (--resume-or-start starts fresh when there is none)");
+}
+
+std::string Trainer::Impl::find_checkpoint(std::string& found) {
+  if (resume_folder_missing) {  // only --resume-or-start gets here (check_resume_folder)
     progress.message("[mirror] --resume-or-start " + config.resume +
                      ": no such folder; STARTING FRESH from step 0");
     return {};
   }
-  std::error_code ec;
-  MIRROR_CHECK(exists || !fs::exists(config.resume, ec), InvalidArgument,
-               "--resume " + config.resume +
-                   ": not a folder; give the checkpoint folder (--checkpoint-dir of the run), "
-                   "not a checkpoint file");
-  MIRROR_CHECK(exists, InvalidArgument,
-               "--resume " + config.resume +
-                   ": no such folder (--resume-or-start starts fresh when there is none)");
   const CheckpointScan scan = CheckpointManager(config.resume, 0).scan();
   std::vector<std::string> why;
   for (const auto& [path, reason] : scan.rejected) why.push_back(reason);

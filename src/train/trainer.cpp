@@ -164,6 +164,11 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
       progress(rt.world_rank() == 0,
                config.progress && rt.world_rank() == 0 && stdout_shows_a_terminal()) {
   config.validate();
+  // Note [Saving where it resumed] (train_resume.cpp).
+  if (config.checkpoint_dir.empty() && !config.resume.empty()) {
+    config.checkpoint_dir = config.resume;
+    checkpoint_dir_from_resume = true;
+  }
   // Refused at once, not after loading the data (rank 0 writes the log).
   agree_on_setup(runtime, [&] {
     if (is_root() && !config.log_jsonl.empty()) {
@@ -271,9 +276,13 @@ void Trainer::Impl::log_precision() {
 
 void Trainer::Impl::open_outputs() {
   if (!is_root()) return;
+  if (!config.resume.empty()) check_resume_folder();  // before the folder is created below
   if (!config.checkpoint_dir.empty()) {
     checkpoints.emplace(config.checkpoint_dir, config.keep);
-    check_writable_dir(config.checkpoint_dir, "--checkpoint-dir");
+    check_writable_dir(config.checkpoint_dir,
+                       checkpoint_dir_from_resume
+                           ? "--resume (saving into its folder; --checkpoint-dir saves elsewhere)"
+                           : "--checkpoint-dir");
     checkpoint_lock.emplace(config.checkpoint_dir);  // before anything looks at its contents
     if (!checkpoint_lock->recovered().empty()) {
       progress.message("[mirror] --checkpoint-dir " + config.checkpoint_dir +

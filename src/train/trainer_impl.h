@@ -215,6 +215,10 @@ struct Trainer::Impl {
   StartPoint start;        // where fit() begins: fresh, or the checkpoint restore() loaded
   FitCallbacks callbacks;  // Note [Fit callbacks] (trainer.h)
 
+  // Note [Saving where it resumed]: no --checkpoint-dir given, so --resume DIR's folder is it.
+  bool checkpoint_dir_from_resume = false;
+  bool resume_folder_missing = false;  // rank 0, before open_outputs created it (--resume-or-start)
+
   bool is_root() const { return runtime.world_rank() == 0; }
   void check_task() const;
   void check_model_output();
@@ -239,6 +243,7 @@ struct Trainer::Impl {
   void make_loaders();
   StartPoint restore();
   // restore's parts (train_resume.cpp)
+  void check_resume_folder();                       // rank 0, in open_outputs: DIR is a folder
   void check_checkpoint_dir();                      // rank 0: Note [Foreign checkpoints]
   std::string find_checkpoint(std::string& found);  // rank 0: the bytes to broadcast, or ""
   std::vector<std::string> config_changes(const Metadata& m) const;

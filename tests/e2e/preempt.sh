@@ -3,6 +3,7 @@
 # every rank stop after the same step; rank 0 checkpoints that step and the job exits with code
 # 5 ("preempted"); resuming from the checkpoint finishes with the uninterrupted run's weights
 # fingerprint. Also through launch/mirrorrun: SIGTERM to mirrorrun stops the job the same way.
+# And a run resumed without --checkpoint-dir saves into the folder it resumed from.
 # Usage: preempt.sh <build dir>. Exit 77 = skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 e2e_need_mpirun
@@ -67,6 +68,34 @@ rc=$(cat viarun.rc)
 grep -q 'every rank stopped after step' viarun.out || fail "mirrorrun: no stop line"
 ls ck2 | grep -q safetensors || fail "mirrorrun: no checkpoint"
 [ "$failures" -eq 0 ] && echo "ok   SIGTERM to mirrorrun: exit 5, checkpoint written"
+
+# 3. Resumed as a preempted user types it, the same command with --resume added and no
+#    --checkpoint-dir (Note [Saving where it resumed], train_resume.cpp): --checkpoint-every is
+#    accepted and the run saves into the folder it resumed from, on that schedule and when it is
+#    stopped again; resumed once more, it ends with the uninterrupted run's weights.
+signal_once first TERM rank1 mpirun_ "$train" "${args[@]}" --checkpoint-dir "$PWD/ck3" \
+  --log-jsonl "$PWD/first.jsonl"
+first=$(grep -o 'every rank stopped after step [0-9]*' first.out | awk '{print $NF}')
+[ "$(cat first.rc)" -eq 5 ] && [ -n "$first" ] || fail "the first stop: exit $(cat first.rc): $(tail -2 first.err)"
+signal_once again TERM rank1 mpirun_ "$train" "${args[@]}" --resume "$PWD/ck3" --checkpoint-every 4 \
+  --keep 0 --log-jsonl "$PWD/again.jsonl"
+again=$(grep -o 'every rank stopped after step [0-9]*' again.out | awk '{print $NF}')
+if [ "$(cat again.rc)" -ne 5 ] || [ -z "$again" ]; then
+  fail "--resume ck3 --checkpoint-every 4: exit $(cat again.rc), not 5: $(grep -h 'error\|fatal' again.out again.err | tail -2)"
+else
+  ls ck3 | grep -q "ckpt-$(printf %012d "$again").safetensors" ||
+    fail "the resumed run did not save its stop at step $again into the folder it resumed from: $(ls ck3)"
+  every=""
+  for ((s = first + 1; s < again; s++)); do
+    [ $((s % 4)) -eq 0 ] && [ -f "ck3/ckpt-$(printf %012d "$s").safetensors" ] && every="$every $s"
+  done
+  [ -n "$every" ] || fail "no --checkpoint-every 4 checkpoint between steps $first and $again: $(ls ck3)"
+  mpirun_ "$train" "${args[@]}" --resume "$PWD/ck3" >last.out 2>last.err || fail "the last resume exited $?"
+  [ "$(fingerprint last.out)" = "$want" ] ||
+    fail "stopped at $first and $again, resumed without --checkpoint-dir: fingerprint $(fingerprint last.out) != $want"
+  [ "$failures" -eq 0 ] &&
+    echo "ok   --resume ck3 --checkpoint-every 4 saved into ck3 (steps$every and the stop at $again); resumed fingerprint equal"
+fi
 
 if [ "$failures" -ne 0 ]; then
   for f in *.err; do echo "== $f"; tail -8 "$f"; done

@@ -96,7 +96,7 @@ struct TrainConfig {
   // 0 = never (Note [Failed runs], trainer_fit.cpp).
   int max_skipped_steps = 10;
   // output
-  std::string checkpoint_dir;
+  std::string checkpoint_dir;  // empty: no checkpoints, unless resuming: then resume's folder
   std::int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch only
   int keep = 3;
   std::string resume;  // checkpoint folder to resume from (no valid checkpoint there: an error)
