@@ -1,5 +1,5 @@
 // The casts and the 16-bit sums of the communicators run in the CPU's widest vectors
-// (MIRROR_VECTOR_CLONES): over arrays long enough for the vector bodies and several OpenMP runs,
+// (MIRROR_VECTOR_CALL): over arrays long enough for the vector bodies and several OpenMP runs,
 // with the values whose conversion is an edge (NaN, infinities, subnormals, ties, fp16
 // overflow), every element has the bits of the scalar conversion in src/math/convert.h.
 #include <gtest/gtest.h>

@@ -179,6 +179,9 @@ struct MathSupport {
   std::string fallback;  // non-empty: the mode runs, emulated (slower); says how, to be logged
 };
 MathSupport math_support(Device device, MathMode mode);
+/// The instruction set a device's kernels run, in words (the CPU: oneDNN's ISA and Mirror's
+/// vector loops, both capped by ONEDNN_MAX_CPU_ISA); empty when the backend reports none.
+std::string instruction_set(Device device);
 
 // ---------------------------------------------------------------- normalisation, pooling, merging
 /// Note [Channel view]: the normalisation ops see a tensor as [outer, channels, inner] (row

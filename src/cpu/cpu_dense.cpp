@@ -268,16 +268,16 @@ namespace {
 // A dense layer's [N, C] output has one element per channel and row (inner 1): its loops run
 // along the channels, where the vector lanes are, instead of one channel at a time.
 template <class T>
-MIRROR_VECTOR_CLONES void add_row_bias(T* __restrict row, const T* __restrict bias,
-                                       std::int64_t ch) {
+MIRROR_VECTOR_BODY void add_row_bias(T* __restrict row, const T* __restrict bias,
+                                     std::int64_t ch) {
   for (std::int64_t c = 0; c < ch; ++c) row[c] += bias[c];
 }
 
 /// acc[c] += rows[i][c] for every row i in order: each channel's sum in the order of the
 /// channel-at-a-time loop, so the same bits.
 template <class T>
-MIRROR_VECTOR_CLONES void sum_rows(const T* __restrict rows, double* __restrict acc, std::int64_t n,
-                                   std::int64_t stride, std::int64_t width) {
+MIRROR_VECTOR_BODY void sum_rows(const T* __restrict rows, double* __restrict acc, std::int64_t n,
+                                 std::int64_t stride, std::int64_t width) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T* row = rows + i * stride;
     for (std::int64_t c = 0; c < width; ++c) acc[c] += static_cast<double>(row[c]);
@@ -294,7 +294,7 @@ void CpuKernels::bias_add(Tensor& y, const Tensor& bias) {
     const T* bp = bias.data<T>();
     if (inner == 1) {
 #pragma omp parallel for schedule(static) if (y.numel() > kParallelGrain)
-      for (std::int64_t i = 0; i < n; ++i) add_row_bias(yp + i * ch, bp, ch);
+      for (std::int64_t i = 0; i < n; ++i) MIRROR_VECTOR_CALL(add_row_bias(yp + i * ch, bp, ch));
       return;
     }
 #pragma omp parallel for schedule(static) if (y.numel() > kParallelGrain)
@@ -319,7 +319,7 @@ void CpuKernels::bias_grad(const Tensor& dy, Tensor& dbias) {
       for (std::int64_t c0 = 0; c0 < ch; c0 += kSpan) {
         const std::int64_t width = std::min(kSpan, ch - c0);
         double acc[kSpan] = {};
-        sum_rows(dp + c0, acc, n, ch, width);
+        MIRROR_VECTOR_CALL(sum_rows(dp + c0, acc, n, ch, width));
         for (std::int64_t c = 0; c < width; ++c) gp[c0 + c] += static_cast<T>(acc[c]);
       }
       return;

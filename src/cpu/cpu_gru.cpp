@@ -60,8 +60,8 @@ struct StepIo {
 /// Rows [s0, s1) of one step's gates: writes the new state, y[:, step] and the gates r, z, n and
 /// hn = U_n h + b_hn. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
 template <class T>
-MIRROR_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
-                                       const StepIo<T>& io) {
+MIRROR_VECTOR_BODY void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                     const StepIo<T>& io) {
   const int64_t H = d.h;
   for (int64_t s = s0; s < s1; ++s) {
     T* yrow = io.y + (s * d.t + step) * H;
@@ -147,7 +147,9 @@ ops::GruForwardResult forward_impl(const Tensor& x, const std::vector<std::int32
                        gates + (training ? step * d.n * 4 * d.h : 0),
                        out.y.data<T>()};
     rnn::for_row_blocks(d.n, d.n * d.h,
-                        [&](int64_t s0, int64_t s1) { forward_rows<T>(d, step, s0, s1, io); });
+                        [&](int64_t s0, int64_t s1) {
+                          MIRROR_VECTOR_CALL(forward_rows<T>(d, step, s0, s1, io));
+                        });
   }
   out.h_last.copy_from(state(d.t));
   if (training) out.reserve = saved;
@@ -172,8 +174,8 @@ struct BackIo {
 
 /// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
 template <class T>
-MIRROR_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
-                                        const BackIo<T>& io) {
+MIRROR_VECTOR_BODY void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                      const BackIo<T>& io) {
   const int64_t H = d.h;
   for (int64_t s = s0; s < s1; ++s) {
     const T* dc = io.dh_cur + s * H;
@@ -260,7 +262,9 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
                        dgx.data<T>() + step * d.n * 3 * d.h,
                        dgh_step.data<T>()};
     rnn::for_row_blocks(d.n, d.n * d.h,
-                        [&](int64_t s0, int64_t s1) { backward_rows<T>(d, step, s0, s1, io); });
+                        [&](int64_t s0, int64_t s1) {
+                          MIRROR_VECTOR_CALL(backward_rows<T>(d, step, s0, s1, io));
+                        });
     // The state before step 0 is the constant h0: its gradient is not needed.
     if (step > 0) ops::gemm(false, false, 1.0, dgh_step, w.w_hh, 1.0, next);
   }

@@ -67,6 +67,7 @@ class CpuKernels final : public KernelSet {
   void cast_into(const Tensor& a, Tensor& out) override;
   bool all_finite(const Tensor& a) override;
   ops::MathSupport math_support(Device device, MathMode mode) override;
+  std::string instruction_set(Device) override;
 
   std::vector<double> channel_sums(const Tensor& a, const Tensor& b,
                                    const ops::ChannelView& v) override;

@@ -54,8 +54,8 @@ struct StepIo {
 /// Rows [s0, s1) of one step's gates: writes both new states, y[:, step] and the activated
 /// gates i, f, g, o. Note [Vector gate loops]: the loop over units vectorises (cloned per ISA).
 template <class T>
-MIRROR_VECTOR_CLONES void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
-                                       const StepIo<T>& io) {
+MIRROR_VECTOR_BODY void forward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                     const StepIo<T>& io) {
   const int64_t H = d.h;
   for (int64_t s = s0; s < s1; ++s) {
     T* yrow = io.y + (s * d.t + step) * H;
@@ -146,7 +146,9 @@ ops::LstmForwardResult forward_impl(const Tensor& x, const std::vector<std::int3
                        gates + (training ? step * d.n * 4 * d.h : 0),
                        out.y.data<T>()};
     rnn::for_row_blocks(d.n, d.n * d.h,
-                        [&](int64_t s0, int64_t s1) { forward_rows<T>(d, step, s0, s1, io); });
+                        [&](int64_t s0, int64_t s1) {
+                          MIRROR_VECTOR_CALL(forward_rows<T>(d, step, s0, s1, io));
+                        });
   }
   out.h_last.copy_from(slot(0, d.t));
   out.c_last.copy_from(slot(1, d.t));
@@ -174,8 +176,8 @@ struct BackIo {
 
 /// Rows [s0, s1) of one step of BPTT. Note [Vector gate loops].
 template <class T>
-MIRROR_VECTOR_CLONES void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
-                                        const BackIo<T>& io) {
+MIRROR_VECTOR_BODY void backward_rows(const Dims& d, int64_t step, int64_t s0, int64_t s1,
+                                      const BackIo<T>& io) {
   const int64_t H = d.h;
   for (int64_t s = s0; s < s1; ++s) {
     const T* dh_c = io.dh_cur + s * H;
@@ -269,7 +271,9 @@ Tensor backward_impl(const Tensor& x, const std::vector<std::int32_t>& lengths,
                        dc_slot(step).template data<T>(),
                        dg_step.data<T>()};
     rnn::for_row_blocks(d.n, d.n * d.h,
-                        [&](int64_t s0, int64_t s1) { backward_rows<T>(d, step, s0, s1, io); });
+                        [&](int64_t s0, int64_t s1) {
+                          MIRROR_VECTOR_CALL(backward_rows<T>(d, step, s0, s1, io));
+                        });
     // The states before step 0 are the constant zeros: their gradients are not needed.
     if (step > 0) ops::gemm(false, false, 1.0, dg_step, w.w_hh, 1.0, dh_next);
   }

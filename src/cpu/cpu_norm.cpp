@@ -29,7 +29,7 @@ namespace {
 // activation once per pass, in double. Element i of each of a channel's rows goes to lane
 // i % kSumLanes; the lanes are combined pairwise in one fixed order at the end. The order is
 // written out here rather than left to the vectoriser (an `omp simd` reduction sums in as many
-// lanes as the vector has), so every clone of MIRROR_VECTOR_CLONES gives the same bits: for
+// lanes as the vector has), so every clone of MIRROR_VECTOR_CALL gives the same bits: for
 // float data a product of two floats is exact in double, so FMA contraction changes nothing
 // either (double data, used by gradient checks, may differ in the last bit between clones).
 // Threads split channels, never a channel: the same bits for any thread count. 32 lanes keep
@@ -88,9 +88,9 @@ void with_bool(bool on, F&& f) {
 }
 
 template <class T, bool kMasked>
-MIRROR_VECTOR_CLONES void channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
-                                            std::int64_t stride, std::int64_t n, T mka, T mca,
-                                            T mk0, double* sum_a, double* sum_ab) {
+MIRROR_VECTOR_BODY void channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
+                                          std::int64_t stride, std::int64_t n, T mka, T mca,
+                                          T mk0, double* sum_a, double* sum_ab) {
   double s1[kSumLanes] = {}, s2[kSumLanes] = {};
   // The mask selects in T, the compare's width (a select into double did not vectorise: 10x).
   const auto add = [&](int l, T va, T vb) {
@@ -128,10 +128,10 @@ MIRROR_VECTOR_CLONES void channel_sum_lanes(const T* a, const T* b, std::int64_t
 constexpr int kLanesAtOnce = 4;
 
 template <class T, int kBlock, bool kMasked>
-MIRROR_VECTOR_CLONES void blocked_channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
-                                                    std::int64_t stride, std::int64_t n,
-                                                    const T* mka, const T* mca, const T* mk0,
-                                                    double* sum_a, double* sum_ab) {
+MIRROR_VECTOR_BODY void blocked_channel_sum_lanes(const T* a, const T* b, std::int64_t rows,
+                                                  std::int64_t stride, std::int64_t n,
+                                                  const T* mka, const T* mca, const T* mk0,
+                                                  double* sum_a, double* sum_ab) {
   constexpr std::int64_t kLine = 64 / sizeof(T);  // elements per cache line
   double s1[kSumLanes][kBlock] = {}, s2[kSumLanes][kBlock] = {};
   T m1[kBlock], m2[kBlock], m3[kBlock];
@@ -225,10 +225,10 @@ std::vector<double> sums(const T* pa, const T* pb, const ops::ChannelView& v,
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
       for (std::int64_t c = 0; c < v.channels; ++c) {
         const auto k = static_cast<std::size_t>(c);
-        channel_sum_lanes<T, kMasked>(pa + c * v.inner, pb + c * v.inner, v.outer,
-                                      v.channels * v.inner, v.inner, kMasked ? m.mka[k] : T(0),
-                                      kMasked ? m.mca[k] : T(0), kMasked ? m.mk0[k] : T(0),
-                                      &out[k], &out[static_cast<std::size_t>(v.channels) + k]);
+        MIRROR_VECTOR_CALL(channel_sum_lanes<T, kMasked>(
+            pa + c * v.inner, pb + c * v.inner, v.outer, v.channels * v.inner, v.inner,
+            kMasked ? m.mka[k] : T(0), kMasked ? m.mca[k] : T(0), kMasked ? m.mk0[k] : T(0),
+            &out[k], &out[static_cast<std::size_t>(v.channels) + k]));
       }
       return;
     }
@@ -237,11 +237,11 @@ std::vector<double> sums(const T* pa, const T* pb, const ops::ChannelView& v,
       const std::int64_t groups = v.channels / B;
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
       for (std::int64_t g = 0; g < groups; ++g) {
-        blocked_channel_sum_lanes<T, B, kMasked>(
+        MIRROR_VECTOR_CALL(blocked_channel_sum_lanes<T, B, kMasked>(
             pa + g * v.inner * B, pb + g * v.inner * B, v.outer, v.channels * v.inner, v.inner,
             kMasked ? m.mka.data() + g * B : nullptr, kMasked ? m.mca.data() + g * B : nullptr,
             kMasked ? m.mk0.data() + g * B : nullptr, out.data() + g * B,
-            out.data() + v.channels + g * B);
+            out.data() + v.channels + g * B));
       }
     });
   });
@@ -250,8 +250,8 @@ std::vector<double> sums(const T* pa, const T* pb, const ops::ChannelView& v,
 
 /// One row of one channel of a plain view: n elements.
 template <class T, bool kB, bool kMasked, bool kRelu>
-MIRROR_VECTOR_CLONES void affine_row(const T* pa, const T* pb, T* py, std::int64_t n, T ka, T ca,
-                                     T kb, T cb, T k0, T mka, T mca, T mk0) {
+MIRROR_VECTOR_BODY void affine_row(const T* pa, const T* pb, T* py, std::int64_t n, T ka, T ca,
+                                   T kb, T cb, T k0, T mka, T mca, T mk0) {
   for (std::int64_t i = 0; i < n; ++i) {
     py[i] = affine_element<T, kB, kMasked, kRelu>(pa[i], kB || kMasked ? pb[i] : T(0), ka, ca, kb,
                                                   cb, k0, mka, mca, mk0);
@@ -275,8 +275,8 @@ struct GroupMaps {
 
 /// One row of a blocked view's group: n positions of B channels.
 template <class T, int B, bool kB, bool kMasked, bool kRelu>
-MIRROR_VECTOR_CLONES void blocked_affine_row(const T* pa, const T* pb, T* py, std::int64_t n,
-                                             const ChannelMaps<T>& m, std::int64_t c0) {
+MIRROR_VECTOR_BODY void blocked_affine_row(const T* pa, const T* pb, T* py, std::int64_t n,
+                                           const ChannelMaps<T>& m, std::int64_t c0) {
   const GroupMaps<T, B, kB, kMasked> g(m, c0);
   for (std::int64_t i = 0; i < n * B; i += B) {
     for (int c = 0; c < B; ++c) {
@@ -326,10 +326,10 @@ void affine(const T* pa, const T* pb, T* py, const ops::ChannelAffine& k,
           for (std::int64_t r = 0; r < rows; ++r) {
             const auto c = static_cast<std::size_t>(r % v.channels);
             const std::int64_t at = r * v.inner;
-            affine_row<T, kB, kMasked, kRelu>(
+            MIRROR_VECTOR_CALL(affine_row<T, kB, kMasked, kRelu>(
                 pa + at, pb != nullptr ? pb + at : nullptr, py + at, v.inner, m.ka[c], m.ca[c],
                 kB ? m.kb[c] : T(0), kB ? m.cb[c] : T(0), m.k0[c], kMasked ? m.mka[c] : T(0),
-                kMasked ? m.mca[c] : T(0), kMasked ? m.mk0[c] : T(0));
+                kMasked ? m.mca[c] : T(0), kMasked ? m.mk0[c] : T(0)));
           }
           return;
         }
@@ -339,8 +339,8 @@ void affine(const T* pa, const T* pb, T* py, const ops::ChannelAffine& k,
 #pragma omp parallel for schedule(static) if (v.numel() > kParallelGrain)
           for (std::int64_t r = 0; r < rows; ++r) {
             const std::int64_t at = r * v.inner * B;
-            blocked_affine_row<T, B, kB, kMasked, kRelu>(pa + at, pb != nullptr ? pb + at : nullptr,
-                                                         py + at, v.inner, m, (r % groups) * B);
+            MIRROR_VECTOR_CALL(blocked_affine_row<T, B, kB, kMasked, kRelu>(
+                pa + at, pb != nullptr ? pb + at : nullptr, py + at, v.inner, m, (r % groups) * B));
           }
         });
       });

@@ -135,12 +135,12 @@ struct Pool2x2 {
 /// Note [Blocked images] (ops.h): the same windows, tie rule and gradient routing over a blocked
 /// image [N, C/b, H, W, b]. A "plane" is then b channels side by side (position p of lane l at
 /// p * b + l), and the loops over lanes vectorize when B, the lane count, is a constant (B = 0:
-/// `runtime_b` lanes), in the CPU's widest vectors (MIRROR_VECTOR_CLONES; max and compare give
+/// `runtime_b` lanes), in the CPU's widest vectors (MIRROR_VECTOR_CALL; max and compare give
 /// the same bits in every clone). Both sides are blocked; a plain pooled side is converted around
 /// them.
 template <class T, int B>
-MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restrict out,
-                                          const PoolDims& d, std::int64_t runtime_b) {
+MIRROR_VECTOR_BODY void blocked_forward(const T* __restrict plane, T* __restrict out,
+                                        const PoolDims& d, std::int64_t runtime_b) {
   const std::int64_t b = B > 0 ? B : runtime_b;
   if (Pool2x2::applies(d.g)) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -170,9 +170,9 @@ MIRROR_VECTOR_CLONES void blocked_forward(const T* __restrict plane, T* __restri
 }
 
 template <class T, int B>
-MIRROR_VECTOR_CLONES void blocked_backward(const T* __restrict plane, const T* __restrict grad,
-                                           T* __restrict out, const PoolDims& d,
-                                           std::int64_t runtime_b, bool relu) {
+MIRROR_VECTOR_BODY void blocked_backward(const T* __restrict plane, const T* __restrict grad,
+                                         T* __restrict out, const PoolDims& d,
+                                         std::int64_t runtime_b, bool relu) {
   const std::int64_t b = B > 0 ? B : runtime_b;
   if (Pool2x2::applies(d.g)) {
     for (std::int64_t oh = 0; oh < d.oh; ++oh) {
@@ -309,7 +309,8 @@ Tensor CpuKernels::maxpool2d_forward_blocked(const Tensor& x, const ops::Pool2DG
     constexpr int B = decltype(block)::value;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
     for (std::int64_t p = 0; p < d.n * blocks; ++p) {
-      blocked_forward<float, B>(xp + p * d.h * d.w * b, yp + p * d.oh * d.ow * b, d, b);
+      MIRROR_VECTOR_CALL(
+          blocked_forward<float, B>(xp + p * d.h * d.w * b, yp + p * d.oh * d.ow * b, d, b));
     }
   });
   // A plain output (for a reader that takes no blocked input) is a quarter of x: cheap to convert.
@@ -392,8 +393,9 @@ Tensor CpuKernels::pool_backward(const Tensor& x, const Tensor& y, const Tensor&
       // Each plane (b channels) is owned by one thread: overlapping windows are safe.
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
       for (std::int64_t p = 0; p < d.n * blocks; ++p) {
-        blocked_backward<float, B>(xp + p * d.h * d.w * b, gp + p * d.oh * d.ow * b,
-                                   dxp + p * d.h * d.w * b, d, b, relu);
+        MIRROR_VECTOR_CALL(blocked_backward<float, B>(xp + p * d.h * d.w * b,
+                                                      gp + p * d.oh * d.ow * b,
+                                                      dxp + p * d.h * d.w * b, d, b, relu));
       }
     });
     return dx;

@@ -5,33 +5,11 @@
 #include <dnnl.hpp>
 #include <string>
 
+#include "cpu/cpu_isa.h"
 #include "cpu/cpu_kernels.h"
 #include "math/convert.h"
 
 namespace mirror::cpu {
-namespace {
-
-std::string isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::sse41:
-      return "SSE4.1";
-    case dnnl::cpu_isa::avx:
-      return "AVX";
-    case dnnl::cpu_isa::avx2:
-      return "AVX2";
-    case dnnl::cpu_isa::avx512_core:
-      return "AVX-512";
-    case dnnl::cpu_isa::avx512_core_vnni:
-      return "AVX-512 VNNI";
-    case dnnl::cpu_isa::avx512_core_bf16:
-      return "AVX-512 BF16";
-    default:
-      return "ISA code " + std::to_string(static_cast<int>(isa));
-  }
-}
-
-}  // namespace
-
 bool cpu_has_bf16() {
   // The ISA oneDNN will actually use: the CPU's, capped by ONEDNN_MAX_CPU_ISA when set (which is
   // how a test pretends to run on a CPU without AVX-512 BF16).
@@ -39,6 +17,8 @@ bool cpu_has_bf16() {
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
   return (isa & bf16) == bf16;
 }
+
+std::string CpuKernels::instruction_set(Device) { return isa_summary(); }
 
 ops::MathSupport CpuKernels::math_support(Device, MathMode mode) {
   switch (mode) {
@@ -50,7 +30,7 @@ ops::MathSupport CpuKernels::math_support(Device, MathMode mode) {
           "mixed_bfloat16 on the CPU needs AVX-512 BF16 (the avx512_bf16 flag in "
           "/proc/cpuinfo, Intel Cooper Lake / Sapphire Rapids or AMD Zen 4 and later); "
           "oneDNN reports " +
-              isa_name(dnnl::get_effective_cpu_isa()) +
+              onednn_isa_name() +
               " here (ONEDNN_MAX_CPU_ISA caps it when set). Train with --precision float32, "
               "or on a CPU or GPU with bfloat16 support",
           {}};

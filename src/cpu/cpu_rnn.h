@@ -72,8 +72,8 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
 // math (math/rnn_tanh.h) has no calls or branches, so the loop over units vectorises. The
 // library is built for baseline x86-64 (SSE2), where the selects of that math do not vectorise;
 // the gate-loop functions are therefore compiled three times (baseline, x86-64-v3 = AVX2 + FMA,
-// x86-64-v4 = AVX-512) and the loader picks the best one the CPU runs (GCC's target_clones, an
-// ifunc). All three compute the same formulas; float results may differ in the last bits
+// x86-64-v4 = AVX-512) and each call runs the best one the CPU has, under the ISA cap of Note
+// [One ISA knob] (cpu_isa.h). All three compute the same formulas; float results may differ in the last bits
 // between CPU generations (FMA contraction), as oneDNN's own ISA dispatch already makes them.
 // Replicas stay bitwise equal regardless: they apply the same all-reduced gradients.
 // The files holding gate loops are compiled with -fno-trapping-math (src/CMakeLists.txt): with
@@ -81,7 +81,7 @@ inline void require_reserve(const Tensor& reserve, std::int64_t numel, DType dty
 // silently stayed scalar with branches (the LSTM op took 8 ms instead of 3.6 on AVX2). Measured
 // on one core here (LSTM op, forward + backward, N=64 T=28 F=28 H=64): AVX-512 3.3-3.6 ms, AVX2
 // 3.6 ms, baseline SSE2 5.1 ms; the previous loops (scalar, expf calls) 9-10 ms.
-// The clones come from MIRROR_VECTOR_CLONES (cpu_vector_clones.h).
+// The clones come from MIRROR_VECTOR_CALL (cpu_vector_clones.h), under ONEDNN_MAX_CPU_ISA.
 
 // Parallelise the element-wise loops only when there is enough work to pay for the fork.
 constexpr std::int64_t kParallelElements = 1 << 14;
@@ -113,8 +113,8 @@ void for_row_blocks(std::int64_t rows, std::int64_t elements, F&& f) {
 /// accumulated in double in row order (deterministic). Row-major on purpose: a per-column loop
 /// would stride through m, which costs more than the gates themselves for RNN-sized matrices.
 template <class T>
-MIRROR_VECTOR_CLONES void column_sums(const T* m, std::int64_t rows, std::int64_t cols,
-                                      double* acc) {
+MIRROR_VECTOR_BODY void column_sums(const T* m, std::int64_t rows, std::int64_t cols,
+                                    double* acc) {
   for (std::int64_t r = 0; r < rows; ++r) {
 #pragma omp simd
     for (std::int64_t c = 0; c < cols; ++c) acc[c] += static_cast<double>(m[r * cols + c]);
@@ -126,7 +126,7 @@ void add_column_sums(const Tensor& m, Tensor& dbias, Tensor* dbias2 = nullptr) {
   const std::int64_t rows = m.dim(0), cols = m.dim(1);
   Tensor acc_t = Tensor::zeros({cols}, DType::kFloat64, m.device());
   double* acc = acc_t.data<double>();
-  column_sums<T>(m.data<T>(), rows, cols, acc);
+  MIRROR_VECTOR_CALL(column_sums<T>(m.data<T>(), rows, cols, acc));
   for (Tensor* out_t : {&dbias, dbias2}) {
     if (out_t == nullptr) continue;
     T* out = out_t->data<T>();

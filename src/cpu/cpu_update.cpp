@@ -21,8 +21,8 @@ namespace {
 /// library's baseline SSE2 float32 -> bfloat16 ran at a third of the memory's speed; the strategy
 /// casts every bucket both ways under --compression).
 template <class From, class To, class Convert>
-MIRROR_VECTOR_CLONES void convert_run(const From* __restrict src, To* __restrict dst,
-                                      std::int64_t n, Convert convert) {
+MIRROR_VECTOR_BODY void convert_run(const From* __restrict src, To* __restrict dst,
+                                    std::int64_t n, Convert convert) {
   for (std::int64_t i = 0; i < n; ++i) dst[i] = convert(src[i]);
 }
 
@@ -36,7 +36,8 @@ void convert_into(const Tensor& a, Tensor& out, Convert convert) {
 #pragma omp parallel for schedule(static) if (runs > 1)
   for (std::int64_t r = 0; r < runs; ++r) {
     const std::int64_t begin = r * kParallelGrain;
-    convert_run(src + begin, dst + begin, std::min(kParallelGrain, n - begin), convert);
+    MIRROR_VECTOR_CALL(
+        convert_run(src + begin, dst + begin, std::min(kParallelGrain, n - begin), convert));
   }
 }
 

@@ -343,6 +343,7 @@ bool all_finite(const Tensor& a) { return backend("all_finite", {&a}).all_finite
 MathSupport math_support(Device device, MathMode mode) {
   return kernels_for(device).math_support(device, mode);
 }
+std::string instruction_set(Device device) { return kernels_for(device).instruction_set(device); }
 
 Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   KernelSet& k = backend("embedding_forward", {&ids, &table});

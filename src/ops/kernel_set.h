@@ -107,6 +107,9 @@ class KernelSet {
     return {std::string("the ") + name() + " backend has no " + math_mode_name(mode) + " kernels",
             {}};
   }
+  /// The instruction set the kernels run on `device`, in words (ops::instruction_set); empty
+  /// where the backend has no choice to report.
+  virtual std::string instruction_set(Device) { return {}; }
 
   /// The normalisation ops take a view with `block` > 0 (a blocked image) only on a backend with
   /// blocked_images() (dispatch checks). channel_affine gets k.relu false and no mask unless the
