@@ -11,6 +11,7 @@
 
 #include "mirror/distributed/runtime.h"
 #include "mirror/gpu.h"
+#include "mirror/ops.h"
 #include "tools/command_line.h"
 #include "tools/doctor.h"
 
@@ -55,6 +56,7 @@ RankReport local_report(const mirror::dist::Runtime& rt) {
   }
   r.mpi_thread_level = mirror::dist::thread_level_name(rt.thread_level());
   r.cpu_precision = mirror::doctor::cpu_precision_support();
+  r.cpu_isa = mirror::ops::instruction_set(mirror::Device::cpu());
   r.gpu = mirror::discover_gpus();
   // A build without CUDA does not look at the variable; the doctor still shows it.
   if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");

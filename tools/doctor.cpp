@@ -348,6 +348,7 @@ json to_json(const RankReport& r) {
           {"mpi_standard", r.mpi_standard},
           {"mpi_thread_level", r.mpi_thread_level},
           {"cpu_precision", r.cpu_precision},
+          {"cpu_isa", r.cpu_isa},
           {"gpu", to_json(r.gpu)}};
 }
 
@@ -364,6 +365,7 @@ RankReport rank_report_from_json(const json& j) {
   r.mpi_standard = j.value("mpi_standard", "");
   r.mpi_thread_level = j.value("mpi_thread_level", "");
   r.cpu_precision = j.value("cpu_precision", "");
+  r.cpu_isa = j.value("cpu_isa", "");
   r.gpu = gpu_report_from_json(j.value("gpu", json::object()));
   return r;
 }
@@ -450,6 +452,7 @@ void render_node(std::string& out, const Diagnosis& d, const NodeVerdict& n) {
   } else {
     row(out, "NVIDIA driver", "not checked (this Mirror has no CUDA backend)");
   }
+  if (!r.cpu_isa.empty()) row(out, "CPU instruction set", r.cpu_isa);
   if (!r.cpu_precision.empty()) row(out, "CPU mixed precision", r.cpu_precision);
   row(out, "CUDA_VISIBLE_DEVICES",
       g.cuda_visible_devices_set ? "'" + g.cuda_visible_devices + "'" : std::string("not set"));

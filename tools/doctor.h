@@ -25,6 +25,9 @@ struct RankReport {
   // The CPU's mixed-precision support in words (cpu_precision_support()), e.g. "bf16 yes
   // (AVX-512 BF16); fp16 emulated (...)".
   std::string cpu_precision;
+  // The instruction set the CPU kernels run (ops::instruction_set), e.g. "AVX2
+  // (ONEDNN_MAX_CPU_ISA=AVX2; the CPU has AVX-512 VNNI); Mirror's vector loops: x86-64-v3 (AVX2)".
+  std::string cpu_isa;
   GpuReport gpu;
 };
 

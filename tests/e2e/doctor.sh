@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # mirror-doctor end to end: the text report ends with one verdict line, --json parses and agrees
 # with it, a machine without a usable GPU gets a CPU-fallback reason, CUDA_VISIBLE_DEVICES=""
-# is named, bad flags fail, and under mpirun rank 0 reports every rank. Usage: doctor.sh BUILD_DIR
+# is named, bad flags fail, and under mpirun rank 0 reports every rank. The CPU's instruction set
+# is printed, and ONEDNN_MAX_CPU_ISA caps oneDNN and Mirror's vector loops alike (Note [One ISA
+# knob], src/cpu/cpu_isa.h). Usage: doctor.sh BUILD_DIR
 set -euo pipefail
 build="${1:?usage: doctor.sh BUILD_DIR}"
 doctor="$build/bin/mirror-doctor"
@@ -56,6 +58,18 @@ fi
 CUDA_VISIBLE_DEVICES="" "$doctor" >"$work/cvd.txt"
 grep -q "CUDA_VISIBLE_DEVICES ...* ''" "$work/cvd.txt" || fail "empty CUDA_VISIBLE_DEVICES not shown"
 grep -q '^verdict: will fall back to the CPU because ' "$work/cvd.txt" || fail "cvd verdict"
+
+# The ISA in force: the CPU's own without a cap; capped, both oneDNN and Mirror's loops follow.
+grep -q "^  CPU instruction set .* Mirror's vector loops: " "$work/text.txt" || fail "no CPU instruction set line"
+ONEDNN_MAX_CPU_ISA=SSE41 "$doctor" >"$work/sse.txt"
+grep -q "^  CPU instruction set .* SSE4.1 (ONEDNN_MAX_CPU_ISA=SSE41; the CPU has .*); Mirror's vector loops: baseline x86-64 (SSE2)$" "$work/sse.txt" ||
+  fail "ONEDNN_MAX_CPU_ISA=SSE41 did not cap both: $(grep 'CPU instruction set' "$work/sse.txt")"
+if grep -qw avx2 /proc/cpuinfo; then
+  ONEDNN_MAX_CPU_ISA=AVX2 "$doctor" >"$work/avx2.txt"
+  grep -q "^  CPU instruction set .* AVX2 (ONEDNN_MAX_CPU_ISA=AVX2; the CPU has .*); Mirror's vector loops: x86-64-v3 (AVX2)$" "$work/avx2.txt" ||
+    fail "ONEDNN_MAX_CPU_ISA=AVX2 did not cap both: $(grep 'CPU instruction set' "$work/avx2.txt")"
+  grep -q "bf16 no" "$work/avx2.txt" || fail "AVX2 still claims bfloat16: $(grep 'CPU mixed' "$work/avx2.txt")"
+fi
 
 if "$doctor" --no-such-flag >"$work/bad.txt" 2>&1; then fail "unknown flag accepted"; fi
 grep -q "unrecognised option" "$work/bad.txt" || fail "unknown flag message: $(cat "$work/bad.txt")"
