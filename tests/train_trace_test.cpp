@@ -75,6 +75,41 @@ TEST(MetricsLog, AnExistingFileIsRefusedUnlessOverwriteOrAppend) {
   fs::remove(p);
 }
 
+// Note [Resumed logs]: a run resumed from the checkpoint of step 4 after a crash at step 6 cuts
+// the records of steps 5 and 6 (and everything written after them) before it logs them again.
+TEST(MetricsLog, CutAfterStepDropsTheRecordsPastTheResumedStep) {
+  const fs::path p = temp_path("resumed.jsonl");
+  {
+    MetricsLog log(p, LogMode::kOverwrite);
+    for (int step = 1; step <= 6; ++step) {
+      log.write({{"type", "step"}, {"step", step}});
+      if (step == 3) log.write({{"type", "epoch"}, {"epoch", 1}, {"step", 3}});
+    }
+    log.write({{"type", "summary"}, {"final_step", 6}});
+  }
+  {
+    MetricsLog log(p, LogMode::kAppend);
+    EXPECT_EQ(log.cut_after_step(6), 0) << "nothing is past the last step";
+    EXPECT_EQ(lines_of(p).size(), 8u);
+    EXPECT_EQ(log.cut_after_step(4), 3) << "steps 5 and 6 and the summary of step 6";
+    log.write({{"type", "step"}, {"step", 5}});
+  }
+  std::vector<std::int64_t> steps;
+  for (const std::string& line : lines_of(p)) {
+    const json j = json::parse(line);
+    if (j["type"] == "step") steps.push_back(j["step"]);
+  }
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{1, 2, 3, 4, 5})) << "each step once, in order";
+  {
+    MetricsLog log(p, LogMode::kAppend);
+    EXPECT_EQ(log.cut_after_step(0), 6) << "a fresh start (--resume-or-start) keeps nothing";
+  }
+  EXPECT_TRUE(lines_of(p).empty());
+  MetricsLog off;
+  EXPECT_EQ(off.cut_after_step(0), 0);
+  fs::remove(p);
+}
+
 TEST(MetricsLog, DisabledAndBadPaths) {
   MetricsLog off;
   EXPECT_FALSE(off.enabled());

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -44,6 +45,19 @@ off_t cut_torn_last_line(int fd) {
     end = from;
   }
   return ::ftruncate(fd, end) == 0 ? size - end : 0;
+}
+
+/// The step a record is about: "step" (step and epoch records), else "final_step" (summary);
+/// -1 for a line that is no such record.
+std::int64_t step_of(const std::string& line) {
+  if (line.find("step") == std::string::npos) return -1;
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return -1;
+  for (const char* key : {"step", "final_step"}) {
+    const auto it = j.find(key);
+    if (it != j.end() && it->is_number_integer()) return it->get<std::int64_t>();
+  }
+  return -1;
 }
 
 }  // namespace
@@ -117,6 +131,35 @@ void MetricsLog::write(const nlohmann::json& record) {
   std::fclose(file_);
   file_ = nullptr;
   throw Error("cannot write the metrics log '" + path_.string() + "': " + std::strerror(err));
+}
+
+// Note [Resumed logs]: a run killed after step 30 whose newest checkpoint is step 24 has logged
+// steps 25 to 30; resumed from step 24, it runs them again. Appending would log them twice, so
+// the resumed run first cuts the log at its first record past step 24 (and a run that
+// --resume-or-start begins afresh, at its first record past step 0). One ftruncate(2): the log
+// holds either every old record or the cut one, never half a line, and the file stays the same
+// file (a `tail -f` keeps following it). Records are written in step order, so everything from
+// that record on is past the checkpoint; a log that repeats steps already (written by a build
+// before this cut) keeps the repeats before its first record past the checkpoint.
+std::int64_t MetricsLog::cut_after_step(std::int64_t step) {
+  if (!file_) return 0;
+  std::ifstream in(path_, std::ios::binary);
+  MIRROR_CHECK(in.good(), Error,
+               "cannot read the metrics log '" + path_.string() + "': " + std::strerror(errno));
+  std::string line;
+  off_t offset = 0, cut_at = -1;
+  std::int64_t cut = 0;
+  while (std::getline(in, line)) {
+    if (cut_at < 0 && step_of(line) > step) cut_at = offset;
+    if (cut_at >= 0) ++cut;
+    offset += static_cast<off_t>(line.size()) + 1;
+  }
+  MIRROR_CHECK(!in.bad(), Error,
+               "cannot read the metrics log '" + path_.string() + "': " + std::strerror(errno));
+  if (cut_at < 0) return 0;
+  MIRROR_CHECK(::ftruncate(::fileno(file_), cut_at) == 0, Error,
+               "cannot cut the metrics log '" + path_.string() + "': " + std::strerror(errno));
+  return cut;
 }
 
 }  // namespace mirror::train

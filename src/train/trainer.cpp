@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <thread>
 
 #include "mirror/error.h"
@@ -233,6 +234,20 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
   // Every output path is tried now, before any training (Note [Telemetry failures]).
   agree_on_setup(runtime, [&] { open_outputs(); });
   start = restore();  // a checkpoint that cannot be resumed is a set-up error too
+  if (is_root() && log.enabled() && log_mode(config) == LogMode::kAppend) {
+    try {  // Note [Resumed logs] (metrics_log.cpp)
+      if (const std::int64_t cut = log.cut_after_step(start.global_step); cut > 0) {
+        progress.message("[mirror] --log-jsonl " + config.log_jsonl + ": removed " +
+                         std::to_string(cut) + " record(s) past step " +
+                         std::to_string(start.global_step) +
+                         ", written before this run's checkpoint was resumed; they are logged "
+                         "again as the steps run again");
+      }
+    } catch (const std::exception& e) {  // Note [Telemetry failures]: never costs the run
+      std::cerr << "[mirror] warning: " << message_for(e) << "; its records past step "
+                << start.global_step << " stay, and this run logs those steps again\n";
+    }
+  }
   if (is_root()) {
     const data::ImageAugment augment = train_loaders.front()->options().augment;
     const std::string augment_note =

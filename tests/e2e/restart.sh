@@ -20,12 +20,14 @@ timeout -k 10 300 "$mirrorrun" -np 2 "$train" "${args[@]}" >plain.out 2>plain.er
 want=$(fingerprint plain.out)
 [ -n "$want" ] || fail "plain run printed no fingerprint"
 
-# 2. The same run, rank 1 killed once a checkpoint exists; mirrorrun restarts it.
+# 2. The same run, rank 1 killed once a checkpoint exists and steps past it are logged;
+#    mirrorrun restarts it. Its JSON lines hold each step once: the restarted run cut the
+#    records of the steps it runs again (Note [Resumed logs]).
 (timeout -k 10 300 "$mirrorrun" --max-restarts 2 -np 2 "$train" "${args[@]}" --checkpoint-dir "$PWD/ck" \
-   --checkpoint-every 4 >restart.out 2>restart.err; echo $? >restart.rc) &
+   --checkpoint-every 4 --log-jsonl "$PWD/restart.jsonl" >restart.out 2>restart.err; echo $? >restart.rc) &
 for _ in $(seq 1 600); do
-  ls ck 2>/dev/null | grep -q safetensors && break
-  sleep 0.05
+  ls ck 2>/dev/null | grep -q safetensors && [ "$(cat restart.jsonl 2>/dev/null | wc -l)" -ge 6 ] && break
+  sleep 0.02
 done
 # A rank of this job, not mpirun, and not a job of a test running beside this one: the absolute
 # checkpoint path is this test's own work dir.
@@ -42,6 +44,10 @@ grep -q "restart 1 of 2" restart.err || fail "mirrorrun did not say why it resta
 grep -q "resumed from $PWD/ck/" restart.out || fail "the restarted job did not resume from ck/"
 got=$(fingerprint restart.out)
 [ "$got" = "$want" ] || fail "fingerprint after restart $got != uninterrupted $want"
+steps=$(python3 -c 'import json, sys; print(" ".join(str(r["step"]) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "step"))' restart.jsonl)
+[ "$steps" = "$(seq -s ' ' 1 48)" ] || fail "the restarted run's JSON lines do not hold steps 1..48 once each: $steps"
+cut=$(grep -o 'removed [0-9]* record(s) past step [0-9]*' restart.out)
+echo "     JSON lines: steps 1..48 once each (the restart: ${cut:-nothing to remove})"
 [ "$failures" -eq 0 ] && echo "ok   killed rank + restart: fingerprint $got equals the uninterrupted run"
 
 # 2b. A rank killed before the first checkpoint: the restart finds none and starts fresh

@@ -32,6 +32,26 @@ PY
   { cat "$work/d.out"; fail "--overwrite run"; }
 [ "$(grep -c '"type":"step"' "$work/log.jsonl")" = 8 ] || fail "--overwrite did not replace the log"
 
+echo "== a restarted run logs each step once: the records past the resumed checkpoint are cut"
+# As if killed after step 6 with its newest checkpoint at step 4: the log holds steps 1..6, the
+# (partial) epoch 2 and the summary, both at step 6; the resumed run runs 5 and 6 again and
+# cuts those 4 records first (Note [Resumed logs]).
+"$train" "${common[@]}" --log-jsonl "$work/cut.jsonl" --checkpoint-dir "$work/cut-ck" --max-steps 6 \
+  --checkpoint-every 4 --keep 0 >"$work/cut1.out" 2>&1 || { cat "$work/cut1.out"; fail "run to be cut"; }
+rm "$work/cut-ck/ckpt-000000000006.safetensors"
+"$train" "${common[@]}" --log-jsonl "$work/cut.jsonl" --resume "$work/cut-ck" >"$work/cut2.out" 2>&1 ||
+  { cat "$work/cut2.out"; fail "restarted run"; }
+grep -q "removed 4 record(s) past step 4" "$work/cut2.out" || { cat "$work/cut2.out"; fail "no line about the cut records"; }
+python3 - "$work/cut.jsonl" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+steps = [r["step"] for r in records if r["type"] == "step"]
+assert steps == list(range(1, 9)), steps  # each step once: 1..4 of the first run, 5..8 resumed
+epochs = [r["step"] for r in records if r["type"] == "epoch"]
+assert epochs == [4, 8], epochs
+assert [r["final_step"] for r in records if r["type"] == "summary"] == [8], records[-1]
+PY
+
 echo "== --trace: an existing file is refused, --resume appends after a marker"
 "$train" "${common[@]}" --trace "$work/run.trace" --checkpoint-dir "$work/tk" --max-steps 3 \
   >"$work/f.out" 2>&1 || { cat "$work/f.out"; fail "first traced run"; }

@@ -1,6 +1,7 @@
 // defines: MetricsLog, the JSON-lines training log (one object per line, flushed per line).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,12 @@ class MetricsLog {
   /// and the system's reason when the write fails (disk full): then the partial line is cut off
   /// and the log disabled. InvalidArgument when `record` is not an object.
   void write(const nlohmann::json& record);
+  /// Note [Resumed logs]: cuts the file at its first record past `step` (a "step" or "epoch"
+  /// record whose step, or a "summary" whose final_step, is greater), so that a run resumed from
+  /// the checkpoint of `step` logs each step once. Returns the records cut (0 when none is past
+  /// `step`). Throws Error naming the path and the system's reason when the file cannot be read
+  /// or cut; the log is then left as it was.
+  std::int64_t cut_after_step(std::int64_t step);
 
  private:
   std::filesystem::path path_;
