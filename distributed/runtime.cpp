@@ -77,6 +77,61 @@ void set_open_mpi_defaults() {
 #endif
 }
 
+/// A thread that runs `expire` (which must end the process) unless disarmed within `timeout`;
+/// a timeout of 0 starts nothing. Note [Start-up watchdog] (runtime.h), Note [Finalize watchdog].
+class Watchdog {
+ public:
+  Watchdog(std::chrono::milliseconds timeout, std::function<void()> expire) {
+    if (timeout.count() <= 0) return;
+    thread_ = std::thread([this, timeout, expire = std::move(expire)] {
+      std::unique_lock lock(mutex_);
+      if (cv_.wait_for(lock, timeout, [this] { return disarmed_; })) return;
+      expire();
+    });
+  }
+  ~Watchdog() { disarm(); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  void disarm() {
+    {
+      std::lock_guard lock(mutex_);
+      disarmed_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool disarmed_ = false;
+  std::thread thread_;
+};
+
+/// The test hook MIRROR_TEST_HANG_BEFORE_FINALIZE=RANK: that rank stops before MPI_Finalize and
+/// never answers again, as a rank cut off by a partition at the end of a run does (its own
+/// watchdog still ends it). Anything but a whole number is an error naming the variable.
+void hang_before_finalize_if_asked(int rank) {
+  const char* text = std::getenv("MIRROR_TEST_HANG_BEFORE_FINALIZE");
+  if (!text || !*text) return;
+  char* end = nullptr;
+  const long which = std::strtol(text, &end, 10);
+  if (!end || *end != '\0') {
+    std::fprintf(stderr,
+                 "[mirror rank %d] MIRROR_TEST_HANG_BEFORE_FINALIZE='%s' is ignored: expected "
+                 "a rank number, e.g. 1\n",
+                 rank, text);
+    return;
+  }
+  if (which != rank) return;
+  std::fprintf(stderr,
+               "[mirror rank %d] MIRROR_TEST_HANG_BEFORE_FINALIZE: this rank stops before "
+               "MPI_Finalize and answers no more, as if cut off by a partition\n",
+               rank);
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -309,6 +364,29 @@ Runtime::~Runtime() {
   }
   g_runtime = nullptr;
   if (!mpi_is_up()) return;
+  // Note [Finalize watchdog]: MPI_Finalize waits for every rank (Open MPI's closing fence), so
+  // a rank that a partition cut off at the end of a run, or one that hangs, keeps every other
+  // rank in it forever: no collective timeout applies any more, and after a partition mpirun
+  // itself may wait for its lost daemon. The run's work is done by then (the last checkpoint
+  // is written), so after --comm-timeout (default_timeout()) the rank says why and ends with
+  // the program's own exit code (set_exit_code), without finishing MPI_Finalize; mpirun then
+  // reports a rank that exited without finalizing and ends the job. One rank: nothing to wait
+  // for, no watchdog.
+  const int code = exit_code_, rank = world_rank_;
+  const std::chrono::milliseconds limit = default_timeout_;
+  Watchdog watchdog(impl_->owns_mpi && world_size_ > 1 ? limit : std::chrono::milliseconds(0),
+                    [code, rank, limit] {
+                      std::fprintf(stderr,
+                                   "[mirror rank %d] MPI_Finalize did not finish within %g s: "
+                                   "another rank is unreachable (a network partition) or hangs, "
+                                   "and finalizing waits for every rank; this rank ends with "
+                                   "exit code %d without it (--comm-timeout sets this limit)\n",
+                                   rank, static_cast<double>(limit.count()) / 1000.0, code);
+                      std::fflush(stderr);
+                      std::fflush(stdout);
+                      std::_Exit(code);
+                    });
+  if (impl_->owns_mpi) hang_before_finalize_if_asked(world_rank_);
   std::lock_guard lock(detail::mpi_mutex());
   if (impl_->local != MPI_COMM_NULL) MPI_Comm_free(&impl_->local);
   if (impl_->control != MPI_COMM_NULL) MPI_Comm_free(&impl_->control);
@@ -597,42 +675,6 @@ std::string launcher_rank() {
   return "?";
 }
 
-/// Note [Start-up watchdog] (runtime.h): a thread that ends the process unless disarmed in time.
-class StartupWatchdog {
- public:
-  explicit StartupWatchdog(std::chrono::milliseconds timeout) {
-    if (timeout.count() <= 0) return;
-    thread_ = std::thread([this, timeout] {
-      std::unique_lock lock(mutex_);
-      if (cv_.wait_for(lock, timeout, [this] { return disarmed_; })) return;
-      const std::string rank = launcher_rank();
-      std::fprintf(stderr,
-                   "[mirror rank %s] fatal: rank %s did not finish start-up within %g s: it was "
-                   "still in MPI start-up (MPI_Init_thread and the first all-gather), which "
-                   "waits for every rank; another rank may be stopped, crashed or unreachable "
-                   "(--startup-timeout sets this limit)\n",
-                   rank.c_str(), rank.c_str(), static_cast<double>(timeout.count()) / 1000.0);
-      std::fflush(stderr);
-      std::_Exit(kExitStartupTimeout);
-    });
-  }
-  ~StartupWatchdog() { disarm(); }
-  void disarm() {
-    {
-      std::lock_guard lock(mutex_);
-      disarmed_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool disarmed_ = false;
-  std::thread thread_;
-};
-
 }  // namespace
 
 int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
@@ -647,7 +689,18 @@ int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
   std::unique_ptr<Runtime> runtime;
   {
     // The Runtime's constructor ends with an all-gather: once it returns, every rank is up.
-    StartupWatchdog watchdog(options.startup_timeout);
+    const std::chrono::milliseconds timeout = options.startup_timeout;
+    Watchdog watchdog(timeout, [timeout] {
+      const std::string rank = launcher_rank();
+      std::fprintf(stderr,
+                   "[mirror rank %s] fatal: rank %s did not finish start-up within %g s: it was "
+                   "still in MPI start-up (MPI_Init_thread and the first all-gather), which "
+                   "waits for every rank; another rank may be stopped, crashed or unreachable "
+                   "(--startup-timeout sets this limit)\n",
+                   rank.c_str(), rank.c_str(), static_cast<double>(timeout.count()) / 1000.0);
+      std::fflush(stderr);
+      std::_Exit(kExitStartupTimeout);
+    });
     try {
       runtime = std::make_unique<Runtime>(argc, argv);
     } catch (const std::exception& e) {
@@ -664,7 +717,10 @@ int run_main(int& argc, char**& argv, const std::function<int(Runtime&)>& body,
   } catch (...) {
     failure = "unknown exception";
   }
-  if (failure.empty()) return code;
+  if (failure.empty()) {
+    runtime->set_exit_code(code);  // should MPI_Finalize hang (Note [Finalize watchdog])
+    return code;
+  }
   if (runtime->world_size() > 1) Runtime::abort_job(failure);
   return fatal(failure);  // one rank: finalize normally (runtime's destructor), exit code 1
 }

@@ -56,6 +56,9 @@ class Runtime {
   Runtime(int& argc, char**& argv);
   /// Finalizes MPI. If an exception is unwinding through the Runtime while other ranks are
   /// alive, it aborts the job instead (MPI_Finalize would wait for ranks that wait for us).
+  /// MPI_Finalize runs under a watchdog (Note [Finalize watchdog], runtime.cpp): when it has not
+  /// returned within default_timeout() (a rank cut off by a partition), the process prints why
+  /// and ends with the code of set_exit_code() instead of hanging.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -82,6 +85,9 @@ class Runtime {
   /// collectives. Default 600 s, or the MIRROR_COMM_TIMEOUT environment variable (seconds).
   std::chrono::milliseconds default_timeout() const { return default_timeout_; }
   void set_default_timeout(std::chrono::milliseconds timeout);
+  /// The code this process ends with when MPI_Finalize does not return in time (Note [Finalize
+  /// watchdog]): the program's own result (run_main sets it to the body's); 1 unless set.
+  void set_exit_code(int code) { exit_code_ = code; }
 
   // ---- bootstrap collectives (every rank, same order) ----
   void barrier();
@@ -137,6 +143,7 @@ class Runtime {
   int world_rank_ = 0, world_size_ = 1;
   int local_rank_ = 0, local_size_ = 1;
   int node_count_ = 1;
+  int exit_code_ = 1;  // when MPI_Finalize hangs (Note [Finalize watchdog])
   std::string host_;
   ThreadLevel thread_level_ = ThreadLevel::kSingle;
   std::chrono::milliseconds default_timeout_{std::chrono::seconds(600)};
