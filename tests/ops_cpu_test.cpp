@@ -57,7 +57,9 @@ TEST_P(OpsCpuTyped, GemmBetaZeroIgnoresGarbageInC) {
   struct Size {
     std::int64_t m, n, k;
   };
-  const bool bf16_too = dt() == DType::kFloat32;
+  // The bfloat16 matmul where this CPU (or ONEDNN_MAX_CPU_ISA) has it; reported below otherwise.
+  const ops::MathSupport bf16 = ops::math_support(Device::cpu(), MathMode::kBFloat16);
+  const bool bf16_too = dt() == DType::kFloat32 && bf16.missing.empty();
   for (const Size s : {Size{1, 1, 1}, Size{1, 513, 64}, Size{3, 17, 5}, Size{64, 100, 300},
                        Size{513, 64, 1024}}) {
     for (int mode = 0; mode < (bf16_too ? 2 : 1); ++mode) {
@@ -86,6 +88,9 @@ TEST_P(OpsCpuTyped, GemmBetaZeroIgnoresGarbageInC) {
         }
       }
     }
+  }
+  if (dt() == DType::kFloat32 && !bf16_too) {
+    GTEST_SKIP() << "float32 passed; the bfloat16 matmul was not run: " << bf16.missing;
   }
 }
 

@@ -18,3 +18,9 @@ cd "$work" || exit 1
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 e2e_need_mpirun() { command -v mpirun >/dev/null || { echo "skip: no mpirun"; exit 77; }; }
+# True when mixed_bfloat16 runs on this CPU: AVX-512 BF16, not capped by ONEDNN_MAX_CPU_ISA
+# (mirror-doctor asks the backend, as mirror-train does). Its callers skip the bfloat16 runs
+# otherwise, saying so, as gpu tests skip without a GPU.
+e2e_cpu_bf16() {
+  "$build/bin/mirror-doctor" --json 2>/dev/null | grep -q '"cpu_precision": *"bf16 yes'
+}
