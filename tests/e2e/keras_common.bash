@@ -8,7 +8,8 @@
 #                                       queues the comparisons with Keras's step (round two)
 #   keras_finish                        runs them
 # DATA is the prefix of DATA_x.npy / DATA_y.npy (keras_twin.py data); LR 0.1, or 1e-9 for a model
-# whose dropout masks (Mirror's and Keras's own) would differ: it keeps Keras's initial weights.
+# whose dropout masks (Mirror's and Keras's own) would differ: it keeps Keras's initial weights;
+# or `out`: Mirror's weights go to Keras only (a model whose step another model checks).
 # Exits 77 (skipped) without Keras and h5py, or without HDF5 in the build.
 predict="$build/bin/mirror-predict"
 export_="$build/bin/mirror-export"
@@ -52,7 +53,7 @@ model() {
          "${keras_model[*]} init $name.k0.weights.h5 11")
   [ "$lr" = "0.1" ] &&
     jobs+=("${keras_model[*]} step $name.k0.weights.h5 ${data}_x.npy ${data}_y.npy 0.1 $name.k1.weights.h5")
-  steps+=("$name|$data|$lr|$*")
+  [ "$lr" = out ] || steps+=("$name|$data|$lr|$*")
 }
 
 keras_model() {
