@@ -151,6 +151,8 @@ if ldd "$kit/bin/mirror-doctor" 2>&1 | grep -q -E "not found|GLIBCXX|CXXABI"; th
     export LD_LIBRARY_PATH="$kit/lib/fallback:$LD_LIBRARY_PATH"
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The fixtures the gpu tests read (Note [Kit fixtures], tests/gpu/gpu_test_util.h).
+export MIRROR_TEST_DATA="$kit/test-data"
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}" MIRROR_COMM_TIMEOUT="${MIRROR_COMM_TIMEOUT:-120}"
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"  # NCCL's own reason next to Mirror's message

@@ -20,8 +20,8 @@
 #   --no-pin         build against whatever cuDNN/NCCL CMake finds (recorded as NOT PINNED)
 #
 # The kit: gpu_check.sh, README.txt, BUILD_INFO.txt and mirror-kit.tar.gz (programs, gpu test
-# binaries, lib/, the relocatable Open MPI under ompi/, launch/mirrorrun, bench/step_torch.py,
-# MANIFEST.txt). The tarball keeps the kit under the device tool's 64 MiB carry limit (oneDNN
+# binaries and the fixtures they read under test-data/, lib/, the relocatable Open MPI under
+# ompi/, launch/mirrorrun, bench/step_torch.py, MANIFEST.txt). The tarball keeps the kit under the device tool's 64 MiB carry limit (oneDNN
 # alone is 38 MiB); gpu_check.sh unpacks it into a private folder, never over /.
 # Never carried: libcuda (the driver's), and cuDNN, NCCL, cuBLAS and the CUDA runtime, which
 # gpu_check.sh finds on the GPU machine (its pip wheels and CUDA toolkit) by path at run time.
@@ -146,6 +146,18 @@ carry "$root/launch/mirrorrun" "$tree/launch/mirrorrun"
 carry "$root/bench/step_torch.py" "$tree/bench/step_torch.py"
 carry "$root/scripts/gpu_check.sh" "$tree/scripts/gpu_check.sh"
 carry "$root/scripts/gpu_kernel_times.py" "$tree/scripts/gpu_kernel_times.py"
+# ---- the files the gpu tests read (Note [Kit fixtures], tests/gpu/gpu_test_util.h): all of
+# tests/data, which gpu_check.sh hands them as MIRROR_TEST_DATA; every binary's KitFixtures test
+# (no GPU needed) must find its files in the staged copy, or nothing is packed.
+while IFS= read -r f; do
+  carry "$f" "$tree/test-data/${f#"$root"/tests/data/}"
+done < <(find "$root/tests/data" -type f | sort)
+for t in "${gpu_tests[@]}"; do
+  MIRROR_TEST_DATA="$tree/test-data" "$tree/tests/$t" --gtest_filter='KitFixtures.*' \
+    >"$stage/fixtures-$t.log" 2>&1 ||
+    die "$t does not find its fixtures in the kit: $(grep -m3 'cannot be read' "$stage/fixtures-$t.log" || tail -3 "$stage/fixtures-$t.log")"
+done
+echo "gpu_kit: every gpu test finds its fixtures in the kit ($(find "$tree/test-data" -type f | wc -l) files of tests/data)"
 
 # ---- Open MPI, relocatable through OPAL_PREFIX (Debian's layout under ompi/)
 mpirun_path="$(command -v mpirun || true)"

@@ -13,6 +13,8 @@
 # first and stop (exit 3) when a loaded library is older than the kit's. GPU_CHECK_ONLY must run
 # only the selected steps, and scripts/gpu_kernel_times.py must sum rows of a real ncu log
 # (ncu-kernel-times.csv) per kernel.
+# The kit carries tests/data, and every gpu test that reads a fixture finds it there (its
+# KitFixtures test passes on the unpacked kit and fails on an empty folder).
 # Usage: gpu_kit.sh BUILD_DIR (exit 77 = skipped: the build has no CUDA backend).
 set -euo pipefail
 build="$(realpath "${1:?usage: gpu_kit.sh BUILD_DIR}")"
@@ -109,6 +111,34 @@ done
 if grep -E 'lib(cuda|cudart|cublas|cudnn|nccl)[^/]*\.so' "$work/contents.txt"; then
   fail "the kit carries CUDA-side libraries the GPU machine provides"
 fi
+
+# ---- the fixtures of the gpu tests (Note [Kit fixtures], tests/gpu/gpu_test_util.h): every file
+# of tests/data is in the kit; a gpu test that reads files reads them through fixture_path() and
+# lists them in a KitFixtures test, which passes on the unpacked kit and fails without the files.
+grep -q "^gpu_kit: every gpu test finds its fixtures in the kit" "$work/pack.log" ||
+  fail "the packing did not check the gpu tests' fixtures"
+while IFS= read -r f; do
+  grep -qx "mirror-kit/test-data/${f#"$root"/tests/data/}" "$work/contents.txt" ||
+    fail "the kit lacks the fixture ${f#"$root"/}"
+done < <(find "$root/tests/data" -type f)
+mkdir -p "$work/fixtures" "$work/no-data"
+tar -C "$work/fixtures" -xzf "$work/kit/mirror-kit.tar.gz"
+for src in "$root"/tests/gpu/*_test.cpp; do
+  t="$(basename "$src" .cpp)"
+  if grep -q 'MIRROR_SOURCE_DIR' "$src"; then
+    fail "$t names the source tree; read fixtures through fixture_path() (Note [Kit fixtures])"
+  fi
+  grep -q 'fixture_path(' "$src" || continue
+  grep -q 'TEST(KitFixtures' "$src" || fail "$t reads fixtures but has no KitFixtures test"
+  MIRROR_TEST_DATA="$work/fixtures/mirror-kit/test-data" "$build/tests/$t" \
+    --gtest_filter='KitFixtures.*' >"$work/fixtures-$t.log" 2>&1 ||
+    fail "$t does not find its fixtures in the kit: $(tail -3 "$work/fixtures-$t.log")"
+  grep -q '^\[  PASSED  \] [1-9]' "$work/fixtures-$t.log" || fail "$t ran no KitFixtures test"
+  if MIRROR_TEST_DATA="$work/no-data" "$build/tests/$t" --gtest_filter='KitFixtures.*' \
+    >"$work/nodata-$t.log" 2>&1; then
+    fail "$t's KitFixtures test passed without its files"
+  fi
+done
 
 # ---- a fresh copy, run where the system's copies of what it carries are hidden
 cp -r "$work/kit" "$work/fresh"

@@ -102,9 +102,8 @@ TEST_F(CudaKerasLayers, GroupedConvolutionsMatchTheCpu) {
 
 /// One training forward and backward of a fixture on each backend from the same weights.
 void expect_model_matches(const std::string& name, const Shape& sample, int classes, Device gpu) {
-  const nn::ModelSpec spec =
-      nn::ModelSpec::from_file(std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/" + name)
-          .bind({sample, DType::kFloat32, classes, 0});
+  const nn::ModelSpec spec = nn::ModelSpec::from_file(testing::fixture_path("keras/" + name))
+                                 .bind({sample, DType::kFloat32, classes, 0});
   nn::Sequential cpu = nn::make_model(spec, DType::kFloat32, Device::cpu(), 3);
   nn::Sequential on_gpu = nn::make_model(spec, DType::kFloat32, gpu, 3);
   Shape batch = {4};
@@ -126,12 +125,26 @@ void expect_model_matches(const std::string& name, const Shape& sample, int clas
   }
 }
 
+struct Fixture {
+  const char* file;
+  Shape sample;
+  int classes;
+};
+const Fixture kFixtures[] = {{"unet.keras.json", {1, 16, 16}, 256},
+                             {"mobilenet_block.keras.json", {3, 16, 16}, 5},
+                             {"image_layers.keras.json", {3, 12, 12}, 4},
+                             {"sequence_layers.keras.json", {8, 6}, 4},
+                             {"seq2seq_repeat.keras.json", {10, 4}, 18}};
+
 TEST_F(CudaKerasLayers, KerasFixturesMatchTheCpu) {
-  expect_model_matches("unet.keras.json", {1, 16, 16}, 256, gpu());
-  expect_model_matches("mobilenet_block.keras.json", {3, 16, 16}, 5, gpu());
-  expect_model_matches("image_layers.keras.json", {3, 12, 12}, 4, gpu());
-  expect_model_matches("sequence_layers.keras.json", {8, 6}, 4, gpu());
-  expect_model_matches("seq2seq_repeat.keras.json", {10, 4}, 18, gpu());
+  for (const Fixture& f : kFixtures) expect_model_matches(f.file, f.sample, f.classes, gpu());
+}
+
+// Note [Kit fixtures] (gpu_test_util.h): no GPU needed.
+TEST(KitFixtures, KerasModelsAreReadable) {
+  std::vector<std::string> files;
+  for (const Fixture& f : kFixtures) files.push_back(std::string("keras/") + f.file);
+  testing::expect_fixtures_readable(files);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ namespace mirror {
 namespace {
 
 using testing::expect_close;
+using testing::fixture_path;
 using testing::random_tensor;
 
 class CudaKerasLayers : public testing::GpuTest,
@@ -19,8 +20,7 @@ class CudaKerasLayers : public testing::GpuTest,
 
 TEST_P(CudaKerasLayers, TutorialModelStepMatchesTheCpu) {
   const std::string name = GetParam();
-  std::ifstream in(std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/tutorials/" + name +
-                   ".json");
+  std::ifstream in(fixture_path("keras/tutorials/" + name + ".json"));
   nn::ModelSpec spec = nn::ModelSpec::from_json(nlohmann::json::parse(in), name);
   const bool tokens =
       spec.layers()[0]["type"] == "embedding" || spec.layers()[0]["type"] == "masking";
@@ -61,12 +61,24 @@ TEST_P(CudaKerasLayers, TutorialModelStepMatchesTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tutorials, CudaKerasLayers,
-                         ::testing::Values("image_classification_from_scratch",
-                                           "resizing_and_center_crop", "gru_behind_normalization",
-                                           "timeseries_fcn", "dense_per_step",
-                                           "imdb_bidirectional_lstm", "text_classification_conv1d",
-                                           "masked_bigru_lstm", "masked_lstm_max_pool"));
+const char* const kTutorials[] = {"image_classification_from_scratch",
+                                  "resizing_and_center_crop",
+                                  "gru_behind_normalization",
+                                  "timeseries_fcn",
+                                  "dense_per_step",
+                                  "imdb_bidirectional_lstm",
+                                  "text_classification_conv1d",
+                                  "masked_bigru_lstm",
+                                  "masked_lstm_max_pool"};
+INSTANTIATE_TEST_SUITE_P(Tutorials, CudaKerasLayers, ::testing::ValuesIn(kTutorials));
+
+// Note [Kit fixtures] (gpu_test_util.h): no GPU needed.
+TEST(KitFixtures, TutorialModelsAreReadable) {
+  std::vector<std::string> files;
+  for (const char* name : kTutorials)
+    files.push_back(std::string("keras/tutorials/") + name + ".json");
+  testing::expect_fixtures_readable(files);
+}
 
 }  // namespace
 }  // namespace mirror

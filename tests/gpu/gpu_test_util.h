@@ -1,11 +1,13 @@
 // defines: helpers of the GPU suites: the skip-with-reason fixture, seeded random CPU tensors,
-// and a CPU-vs-CUDA comparison with a stated tolerance.
+// a CPU-vs-CUDA comparison with a stated tolerance, and the path of a test fixture.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +26,28 @@ class GpuTest : public ::testing::Test {
   }
   static Device gpu() { return Device::cuda(0); }
 };
+
+/// Note [Kit fixtures]: the gpu tests also run from the GPU kit (scripts/gpu_kit.sh) on a machine
+/// without this source tree, so they read their files through fixture_path(): under
+/// $MIRROR_TEST_DATA when set (gpu_check.sh points it at the tests/data the kit carries), else
+/// the source tree's tests/data. A binary that reads fixtures names them all in a KitFixtures
+/// test that needs no GPU (expect_fixtures_readable); gpu_kit.sh runs those tests against the
+/// staged kit and refuses to pack one that lacks a file.
+inline std::string fixture_path(const std::string& relative) {
+  const char* dir = std::getenv("MIRROR_TEST_DATA");
+  return (dir != nullptr && *dir != '\0' ? std::string(dir)
+                                         : std::string(MIRROR_SOURCE_DIR) + "/tests/data") +
+         "/" + relative;
+}
+
+/// Each file (relative to the fixture folder) opens and is not empty.
+inline void expect_fixtures_readable(const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
+    std::ifstream in(fixture_path(f), std::ios::binary);
+    EXPECT_TRUE(in.good() && in.peek() != std::ifstream::traits_type::eof())
+        << "the fixture " << fixture_path(f) << " cannot be read (or is empty)";
+  }
+}
 
 /// Uniform values in [-scale, scale) from a seeded generator (reproducible across runs).
 inline std::vector<float> random_floats(std::size_t n, float scale, std::uint64_t seed) {
