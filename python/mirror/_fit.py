@@ -2,6 +2,7 @@
 callbacks -> the library's fit hooks. Glue only: parsing, checks and training are the
 library's (Note [One command line], tools/train_flags.h)."""
 
+import glob
 import json
 import os
 
@@ -145,6 +146,30 @@ class _Hooks:
         return lambda epoch, logs: self._call("on_epoch_end", epoch, logs)
 
 
+def _restart_options(options):
+    """Note [Python restarts]: `mirrorrun --max-restarts N python3 script.py` relaunches a
+    failed job as it was, with MIRRORRUN_RESTART set to the restart's number (launch/mirrorrun:
+    it cannot add mirror-train's --resume-or-start to a script's command line). A relaunched
+    fit() with a ``checkpoint_dir`` then resumes from it, as mirror-train resumes its
+    --checkpoint-dir: ``resume_or_start=checkpoint_dir`` (the first run may have died before its
+    first checkpoint: then it starts fresh, saying so), so ``overwrite_checkpoints`` deletes
+    nothing. A fit given ``resume=OLD`` keeps it until checkpoint_dir holds checkpoints of its
+    own (as mirrorrun does for mirror-train; each rank looks, so on several nodes the folder
+    must be shared). Outside a restart the keywords are used as given."""
+    restart = os.environ.get("MIRRORRUN_RESTART", "")
+    folder = options.get("checkpoint_dir")
+    if restart in ("", "0") or folder is None or folder is False:
+        return options
+    folder = os.fsdecode(folder)
+    given = options.get("resume") or options.get("resume_or_start")
+    own = glob.glob(os.path.join(glob.escape(folder), "ckpt-*.safetensors"))
+    if given is not None and not own:
+        return options
+    out = {k: v for k, v in options.items() if k not in ("resume", "resume_or_start")}
+    out["resume_or_start"] = folder
+    return out
+
+
 def fit(model, x=None, y=None, *, validation_data=None, callbacks=None, **options):
     """Trains ``model`` on ``x``, ``y`` with mirrored data parallelism: one replica per rank
     (``launch/mirrorrun -np N python3 script.py``), each rank calling ``fit`` with the same
@@ -167,8 +192,10 @@ def fit(model, x=None, y=None, *, validation_data=None, callbacks=None, **option
 
     Returns a :class:`History`. Raises :class:`InvalidArgument`/:class:`DataError` for bad
     arguments or data (with mirror-train's messages) and :class:`Preempted` when a signal
-    stopped the run.
+    stopped the run. Relaunched by ``mirrorrun --max-restarts`` (MIRRORRUN_RESTART > 0), a fit
+    with a ``checkpoint_dir`` resumes from it.
     """
+    options = _restart_options(options)
     args, spec_json = _model_source(model, _builtin_names())
     arrays = {}
     _data_source("train", x, y, args, arrays)

@@ -142,7 +142,7 @@ grep -q "restart 2 of 3" none.err && fail "restarted again without any host"
 grep -q "not a number" flag.err || fail "bad --max-restarts message: $(cat flag.err)"
 "$mirrorrun" --max-restarts 1 -np 2 "$train" "${args[@]}" >/dev/null 2>flag2.err &&
   fail "--max-restarts without --checkpoint-dir accepted"
-grep -q "needs the program's --checkpoint-dir" flag2.err || fail "message: $(cat flag2.err)"
+grep -q "needs mirror-train's --checkpoint-dir (or --resume DIR" flag2.err || fail "message: $(cat flag2.err)"
 
 if [ "$failures" -ne 0 ]; then
   for f in *.err; do echo "== $f"; tail -15 "$f"; done

@@ -265,3 +265,24 @@ def test_history_epochs_continue_after_resume(data, tmp_path):
     h = mirror.fit(MLP_SPEC, x, y, epochs=4, resume=tmp_path / "ck", callbacks=[Epochs()],
                    **QUIET)
     assert h.epoch == seen == [2, 3]
+
+
+def test_a_restart_resumes_the_checkpoint_dir(tmp_path, monkeypatch):
+    """Note [Python restarts]: the keywords fit() uses when mirrorrun relaunched the script."""
+    from mirror._fit import _restart_options
+    ck, old = str(tmp_path / "ck"), str(tmp_path / "old")
+    monkeypatch.delenv("MIRRORRUN_RESTART", raising=False)
+    assert _restart_options({"checkpoint_dir": ck}) == {"checkpoint_dir": ck}
+    monkeypatch.setenv("MIRRORRUN_RESTART", "0")  # the first launch
+    assert _restart_options({"checkpoint_dir": ck}) == {"checkpoint_dir": ck}
+    monkeypatch.setenv("MIRRORRUN_RESTART", "1")
+    assert _restart_options({"epochs": 2}) == {"epochs": 2}, "nothing to resume from"
+    assert _restart_options({"checkpoint_dir": ck, "overwrite_checkpoints": True}) == {
+        "checkpoint_dir": ck, "overwrite_checkpoints": True, "resume_or_start": ck}
+    # Started from another run's checkpoints: those until the folder holds its own.
+    assert _restart_options({"checkpoint_dir": ck, "resume": old}) == {
+        "checkpoint_dir": ck, "resume": old}
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "ckpt-000000000004.safetensors").write_bytes(b"")
+    assert _restart_options({"checkpoint_dir": ck, "resume": old}) == {
+        "checkpoint_dir": ck, "resume_or_start": ck}

@@ -191,3 +191,52 @@ def test_an_uncaught_exception_on_one_rank_ends_the_job(tmp_path):
     out = mirrorrun("2", path, tmp_path, timeout=120)
     assert out.returncode != 0
     assert "uncaught RuntimeError in the Python script: only rank one fails" in out.stderr
+
+
+RESTART_SCRIPT = """
+    class Slow:
+        \"\"\"Time for the test to kill a rank mid-run (the weights do not depend on it).\"\"\"
+        def on_step_end(self, step, logs):
+            time.sleep(0.05)
+    options["epochs"] = 6
+    h = mirror.fit(spec, x, y, callbacks=[Slow()], checkpoint_dir=f"{d}/ck", checkpoint_every=4,
+                   overwrite_checkpoints=True, **options)
+    sys.stdout.write(f"rank {mirror.rank()} restart {os.environ.get('MIRRORRUN_RESTART', '-')} "
+                     f"weights fingerprint: {h.summary['weights_fingerprint']}\\n")
+"""
+
+
+def test_max_restarts_relaunches_a_killed_script_which_resumes_its_checkpoint_dir(tmp_path):
+    """Note [Python restarts] (mirror/_fit.py): a rank killed mid-run, mirrorrun relaunches the
+    script with MIRRORRUN_RESTART=1, fit resumes from its checkpoint_dir (overwrite_checkpoints
+    notwithstanding) and ends with the uninterrupted run's weights."""
+    plain_dir = tmp_path / "plain"
+    plain_dir.mkdir()
+    write_data(plain_dir)
+    write_data(tmp_path)
+    path = script(tmp_path, RESTART_SCRIPT)
+    plain = mirrorrun("2", path, plain_dir)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    want = fingerprint(plain.stdout)
+
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               MIRRORRUN_BACKOFF_S="1")
+    proc = subprocess.Popen([str(MIRRORRUN), "--max-restarts", "1", "-np", "2", sys.executable,
+                             str(path), str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not list((tmp_path / "ck").glob("ckpt-*.safetensors")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    # A rank of this job: the interpreter running this script (not mirrorrun or mpirun).
+    ranks = subprocess.run(["pgrep", "-f", f"^{sys.executable} {path} {tmp_path}$"],
+                           capture_output=True, text=True).stdout.split()
+    assert ranks, "no rank to kill: the run ended before it could be interrupted"
+    os.kill(int(ranks[-1]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert "restart 1 of 1" in err and "MIRRORRUN_RESTART=1" in err, err
+    assert f"resumed from {tmp_path}/ck/ckpt-" in out + err, out + err
+    lines = re.findall(r"rank (\d) restart (\S+) weights fingerprint: ([0-9a-f]{16})", out)
+    assert sorted(lines) == [("0", "1", want), ("1", "1", want)], out
