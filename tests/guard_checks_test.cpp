@@ -94,6 +94,20 @@ TEST(TrainConfigValidation, BatchLrAndWeightDecay) {
   EXPECT_THROW(train::check_weight_decay_flag(-1), InvalidArgument);  // -1 given is not "default"
 }
 
+// Note [Saving where it resumed] (train_resume.cpp): --checkpoint-every needs a folder, which
+// --resume DIR gives as well as --checkpoint-dir.
+TEST(TrainConfigValidation, CheckpointEveryNeedsACheckpointDirOrAResumeFolder) {
+  auto c = valid_config();
+  c.checkpoint_every = 4;
+  expect_invalid(c, "--checkpoint-every 4 needs a folder to save into: give --checkpoint-dir DIR "
+                    "(or --resume DIR, which saves into DIR)");
+  c.resume = "ck";
+  EXPECT_NO_THROW(c.validate());
+  c.resume.clear();
+  c.checkpoint_dir = "ck";
+  EXPECT_NO_THROW(c.validate());
+}
+
 TEST(TrainConfigValidation, ConfigKeysThatMustBeIntegersOrPositive) {
   auto expect_from_json_error = [](const char* text, const std::string& part) {
     try {
