@@ -18,5 +18,17 @@ demo --model gru-rows --train-limit 128 --test-limit 64 --data synthetic --devic
   fail "demo with --batch-per-replica exited $?: $(tail -3 err2)"
 grep -q 'global batch 32' out2 || fail "--batch-per-replica 16 on 2 ranks: $(grep 'global batch' out2)"
 
+# A fresh build folder on a machine without an NVIDIA driver: one line says the CPU backend is
+# built and how to force CUDA; a bad MIRROR_DEMO_CUDA is refused by name. (No build is run: the
+# demo stops where the programs would be.)
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && [ ! -d /proc/driver/nvidia ]; then
+  BUILD_DIR="$work/fresh" MIRROR_DEMO_SKIP_BUILD=1 "$root/scripts/demo.sh" >fresh.out 2>&1 &&
+    fail "the demo ran without a build"
+  [ "$(head -1 fresh.out)" = "demo: no NVIDIA driver here, so it builds the CPU backend only (MIRROR_DEMO_CUDA=ON scripts/demo.sh builds the CUDA backend too)" ] ||
+    fail "no CPU-backend line first: $(head -2 fresh.out)"
+fi
+if MIRROR_DEMO_CUDA=maybe "$root/scripts/demo.sh" >bad.out 2>&1; then fail "MIRROR_DEMO_CUDA=maybe accepted"; fi
+grep -q "MIRROR_DEMO_CUDA must be ON, OFF or AUTO, not 'maybe'" bad.out || fail "bad MIRROR_DEMO_CUDA: $(cat bad.out)"
+
 [ "$failures" -eq 0 ] || exit 1
 echo "demo_flags: the caller's flags win"
