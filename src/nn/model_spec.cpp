@@ -74,6 +74,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
                           ": expected an object, got " + entry.dump());
   }
   const bool keras = entry.contains("class_name");
+  if (keras) keras_entries = true;
   std::string type;
   json config;
   if (keras) {
@@ -310,6 +311,7 @@ void ModelSpecParser::layers(const json& list) {
     throw InvalidArgument(source + ": expected a non-empty list of layers, got " + list.dump());
   }
   for (std::size_t i = 0; i < list.size(); ++i) layer(list[i], i);
+  resolve_axes();  // Note [Positive channel axes]
   if (spec.layers_.empty()) throw InvalidArgument(source + ": the spec has no layers");
   detail::resolve_graph(spec.layers_, spec.origin_, input_names, output_name, source);
   if (spec.keras_masks_) check_masks();

@@ -55,6 +55,43 @@ Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& 
   return out;
 }
 
+/// Note [Positive channel axes] (model_spec_layers.cpp): the input `s` (per sample, NCHW for
+/// images) as Keras writes it in the layout the axis counts in, batch first: [N, H, W, C].
+std::string keras_shape(const Shape& s, bool channels_last) {
+  Shape k = s;
+  if (s.size() == 3 && channels_last) k = {s[1], s[2], s[0]};
+  std::string out = "[N";
+  for (auto d : k) out += ", " + std::to_string(d);
+  out += "]";
+  if (s.size() == 3)
+    out += channels_last ? " (channels_last: [N, H, W, C])" : " (channels_first: [N, C, H, W])";
+  return out;
+}
+
+/// A positive axis the layer recorded must be the channel axis of its input `s`: the last axis
+/// counting the batch axis (3 of an image [N, H, W, C], 1 of features, 2 of sequences), or 1 of
+/// an image with channels_first. Then the fields go, so the bound layer is the one written with
+/// -1; any other axis is refused naming the layer, the axis and the shape.
+void check_axis(const Walk& w, json& l, const Shape& s, const std::string& does) {
+  if (!l.contains("data_format")) return;
+  const std::int64_t axis = l["axis"].get<std::int64_t>();
+  const bool last = l["data_format"] == "channels_last";
+  const auto channel =
+      s.size() == 3 && !last ? std::int64_t{1} : static_cast<std::int64_t>(s.size());
+  if (axis != channel) {
+    w.fail((l.contains("name") ? "'" + l["name"].get<std::string>() + "': " : std::string()) +
+           "axis " + std::to_string(axis) + " of a " + keras_shape(s, last) +
+           " input is not the channel axis; Mirror " + does +
+           " along the channel axis only (-1 or " + std::to_string(channel) + " here)");
+  }
+  l.erase("data_format");
+  if (l["type"] == "normalization") {
+    l["axis"] = -1;
+  } else {
+    l.erase("axis");
+  }
+}
+
 std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t stride, bool same) {
   if (same) return (in + stride - 1) / stride;  // TensorFlow: ceil(in / stride)
   return in < k ? 0 : (in - k) / stride + 1;
@@ -130,6 +167,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                            " (use add or concatenate to merge)");
       }
       s = merge ? merge_shape(w, type, l["inputs"], ins) : ins[0];
+      if (merge) check_axis(w, l, ins[0], "joins inputs");
       ids = id_tensors.at(l["inputs"][0].get<std::string>());
       shapes[l["name"].get<std::string>()] = s;
       id_tensors[l["name"].get<std::string>()] = ids;
@@ -172,11 +210,13 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
     } else if (type == "batch_normalization") {
       if (s.empty() || s.size() > 3)
         w.fail("expects [C, H, W], [F] or [T, F], got " + shape_str(s));
+      check_axis(w, l, s, "normalises");
     } else if (type == "layer_normalization") {
       if (s.size() != 1 && s.size() != 2) {
         w.fail("normalises the last axis of features [F] or sequences [T, F], got " + shape_str(s) +
                "; for images use batch_normalization");
       }
+      check_axis(w, l, s, "normalises");
     } else if (type == "global_average_pooling2d") {
       w.expect_rank(s, 3, "an image [C, H, W] (NCHW)", "");
       s = {s[0]};
@@ -203,6 +243,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       if (s.empty() || s.size() > 3) {
         w.fail("expects features [F], sequences [T, F] or images [C, H, W], got " + shape_str(s));
       }
+      if (type == "normalization") check_axis(w, l, s, "normalises");
       const std::int64_t channels = s.size() == 3 ? s[0] : s.back();  // Keras's last axis
       for (const char* key : {"scale", "offset", "mean", "variance"}) {
         if (!l.contains(key) || !l[key].is_array()) continue;

@@ -127,6 +127,10 @@ class Fields {
   }
   /// Whether `name` is present with the value null (where null means something else than
   /// absent, e.g. Keras's Bidirectional merge_mode).
+  /// The value under `name` as written (null included), without taking it; nullptr when absent.
+  const json* peek(const std::string& name) const {
+    return config_.contains(name) ? &config_[name] : nullptr;
+  }
   bool is_null(const std::string& name) const {
     return config_.contains(name) && config_[name].is_null();
   }

@@ -2,6 +2,7 @@
 // Mirror's or Keras's spelling, and returns its canonical layers (docs/model-spec.md).
 #include <array>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -325,20 +326,79 @@ std::vector<json> ModelSpecParser::activation(Fields& f, bool) {
   return {{{"type", "activation"}, {"activation", act}}};
 }
 
-/// Keras's axis -1 (channels_last) is Mirror's channel axis; NCHW users may write 1 with
-/// channels_first. Nothing else is supported.
-void ModelSpecParser::channel_axis(Fields& f) {
+// Note [Positive channel axes]: Keras writes a channel axis as a positive index counting the
+// batch axis (keras.applications' BatchNormalization(axis=3), Concatenate(axis=3),
+// Normalization(axis=[3])), which is the channel axis only for an input of the matching rank:
+// 3 of an image [N, H, W, C], 1 of features [N, F], 2 of sequences [N, T, F] (and 1 of an image
+// [N, C, H, W] with channels_first). The parser does not know ranks, so the layer records the
+// axis and the layout it counts in ("axis": 3, "data_format": "channels_last"); bind() checks it
+// against the layer's input shape, refuses any other axis naming the layer and the shape, and
+// then drops both fields, so the bound spec (what checkpoints, fingerprints and exports see) is
+// the one written with -1.
+json ModelSpecParser::channel_axis(Fields& f, const std::string& also) {
   std::string field;
   const json* v = f.take("axis", "", &field);
-  if (v == nullptr) return;
+  std::string fmt_field;
+  const json* fmt = f.take("data_format", "", &fmt_field);
+  if (v == nullptr) {
+    if (fmt != nullptr) f.fail(fmt_field, "only with a positive axis (the layout it counts in)");
+    return json();
+  }
   json a = *v;
   if (a.is_array() && a.size() == 1) a = a[0];
-  const bool ok = a == -1 || (a == 1 && data_format == "channels_first");
-  if (!ok) f.fail(field, "only the channel axis (-1) is supported, got " + v->dump());
+  const bool positive =
+      a.is_number_integer() && a.get<std::int64_t>() >= 1 && a.get<std::int64_t>() <= 3;
+  if (a != -1 && !positive) {
+    f.fail(field,
+           "only the channel axis is supported: -1, or its positive index counting the batch "
+           "axis (3 of an image [N, H, W, C], 1 of features [N, F], 2 of sequences [N, T, F])" +
+               also + ", got " + v->dump());
+  }
+  std::string layout;
+  if (fmt != nullptr) {
+    layout = fmt->is_string() ? lower(fmt->get<std::string>()) : "";
+    if (layout != "channels_last" && layout != "channels_first") {
+      f.fail(fmt_field,
+             "expected channels_first or channels_last (the layout the axis counts "
+             "in), got " +
+                 fmt->dump());
+    }
+    if (a == -1) f.fail(fmt_field, "only with a positive axis (the layout it counts in)");
+  }
+  if (a == -1) return json();
+  if (layout.empty()) layout = data_format;  // "" until an image layer says: resolve_axes()
+  if (a == 1 && layout == "channels_first") return json();
+  return {{"axis", a}, {"data_format", layout}};
+}
+
+void ModelSpecParser::record_axis(json& j, const json& axis) {
+  if (axis.is_null()) return;
+  j["axis"] = axis["axis"];
+  j["data_format"] = axis["data_format"];
+}
+
+void ModelSpecParser::resolve_axes() {
+  static const std::set<std::string> types = {"batch_normalization", "layer_normalization",
+                                              "concatenate", "normalization"};
+  const std::string fallback = !data_format.empty() ? data_format
+                               : keras_entries      ? "channels_last"
+                                                    : "channels_first";
+  for (json& l : spec.layers_) {
+    if (!types.count(l["type"].get<std::string>()) || !l.contains("data_format")) continue;
+    if (l["data_format"] == "") l["data_format"] = fallback;
+    if (l["axis"] == 1 && l["data_format"] == "channels_first") {
+      l.erase("data_format");
+      if (l["type"] == "normalization") {
+        l["axis"] = -1;
+      } else {
+        l.erase("axis");
+      }
+    }
+  }
 }
 
 std::vector<json> ModelSpecParser::batch_normalization(Fields& f, bool sync_class) {
-  channel_axis(f);
+  const json axis = channel_axis(f);
   const double momentum = f.number("momentum", "", 0.99);
   const double epsilon = f.number("epsilon", "", 1e-3);
   if (!(momentum >= 0 && momentum < 1)) f.fail("momentum", "expected a number in [0, 1)");
@@ -356,12 +416,14 @@ std::vector<json> ModelSpecParser::batch_normalization(Fields& f, bool sync_clas
   no_regularizers(f,
                   {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
   f.finish({"batch_input_shape", "input_shape", "fused", "renorm_clipping", "renorm_momentum"});
-  return {{{"type", "batch_normalization"},
-           {"momentum", momentum},
-           {"epsilon", epsilon},
-           {"center", center},
-           {"scale", scale},
-           {"synchronized", sync}}};
+  json j = {{"type", "batch_normalization"},
+            {"momentum", momentum},
+            {"epsilon", epsilon},
+            {"center", center},
+            {"scale", scale},
+            {"synchronized", sync}};
+  record_axis(j, axis);
+  return {j};
 }
 
 std::vector<json> ModelSpecParser::sync_batch_normalization(Fields& f, bool) {
@@ -373,7 +435,7 @@ std::vector<json> ModelSpecParser::plain_batch_normalization(Fields& f, bool) {
 }
 
 std::vector<json> ModelSpecParser::layer_normalization(Fields& f, bool) {
-  channel_axis(f);
+  const json axis = channel_axis(f);
   const double epsilon = f.number("epsilon", "", 1e-3);
   if (!(epsilon > 0)) f.fail("epsilon", "expected a positive number");
   const bool center = f.boolean("center", "", true);
@@ -384,10 +446,10 @@ std::vector<json> ModelSpecParser::layer_normalization(Fields& f, bool) {
   no_regularizers(f,
                   {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
   f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "layer_normalization"},
-           {"epsilon", epsilon},
-           {"center", center},
-           {"scale", scale}}};
+  json j = {
+      {"type", "layer_normalization"}, {"epsilon", epsilon}, {"center", center}, {"scale", scale}};
+  record_axis(j, axis);
+  return {j};
 }
 
 std::vector<json> ModelSpecParser::add(Fields& f, bool) {
@@ -396,9 +458,11 @@ std::vector<json> ModelSpecParser::add(Fields& f, bool) {
 }
 
 std::vector<json> ModelSpecParser::concatenate(Fields& f, bool) {
-  channel_axis(f);
+  const json axis = channel_axis(f);
   f.finish();
-  return {{{"type", "concatenate"}}};
+  json j = {{"type", "concatenate"}};
+  record_axis(j, axis);
+  return {j};
 }
 
 std::vector<json> ModelSpecParser::global_average_pooling2d(Fields& f, bool keras) {

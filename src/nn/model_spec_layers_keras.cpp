@@ -166,6 +166,10 @@ std::vector<json> ModelSpecParser::time_distributed(Fields& f, bool) {
   }
   if (made != 1) f.fail("layer", "must be one layer (got " + std::to_string(made) + ")");
   const std::string type = wrapped["type"].get<std::string>();
+  if (wrapped.contains("data_format")) {  // Note [Positive channel axes]: checked by bind()
+    f.fail("layer", "a positive axis (" + wrapped["axis"].dump() +
+                        ") inside a TimeDistributed is not read; write -1 (the channel axis)");
+  }
   static const std::set<std::string> supported = {"dense",
                                                   "conv2d",
                                                   "conv1d",

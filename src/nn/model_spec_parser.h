@@ -115,9 +115,17 @@ struct ModelSpecParser {
   std::vector<json> activation(Fields& f, bool);
   std::vector<json> relu(Fields& f, bool);
   // the layers of residual and branching models (cnn_layers.h)
-  /// Keras's axis -1 (channels_last) is Mirror's channel axis; NCHW users may write 1 with
-  /// channels_first. Nothing else is supported.
-  void channel_axis(Fields& f);
+  /// Note [Positive channel axes]: Keras's axis -1 is Mirror's channel axis; NCHW users may
+  /// write 1 with channels_first. A positive axis (Keras's `axis=3` / `[3]`, counting the batch
+  /// axis) is returned for the layer to record ("axis", "data_format"), and bind() checks it
+  /// against the layer's input shape; null when there is nothing to record.
+  json channel_axis(Fields& f, const std::string& also = "");
+  /// Records a positive axis from channel_axis() on canonical layer `j`.
+  void record_axis(json& j, const json& axis);
+  /// After the last layer: the layout a recorded axis counts in, when no image layer had said it
+  /// yet; channels_first's 1 is the channel axis and is dropped, as it always was.
+  void resolve_axes();
+  bool keras_entries = false;  // a layer was written in Keras's form (the layout defaults differ)
   std::vector<json> batch_normalization(Fields& f, bool sync_class);
   std::vector<json> sync_batch_normalization(Fields& f, bool);
   std::vector<json> plain_batch_normalization(Fields& f, bool);

@@ -44,22 +44,17 @@ std::vector<json> ModelSpecParser::rescaling(Fields& f, bool) {
 }
 
 std::vector<json> ModelSpecParser::normalization(Fields& f, bool) {
-  // Keras writes axis as a list: [-1] (the default, per channel) or [] (axis=None: one mean).
-  std::string field;
+  // Keras writes axis as a list: [-1] (the default, per channel), [] (axis=None: one mean) or
+  // a positive index ([3] of an image: Note [Positive channel axes]).
   json axis = -1;
-  if (f.is_null("axis")) axis = nullptr;
-  if (const json* v = f.take("axis", "", &field)) {
-    const json a = v->is_array() && v->size() == 1 ? (*v)[0] : *v;
-    if (a == -1 || (a == 1 && data_format == "channels_first")) {
-      axis = -1;
-    } else if (v->is_array() && v->empty()) {
-      axis = nullptr;
-    } else {
-      f.fail(field,
-             "only the channel axis (-1) or null (one mean for every element) is "
-             "supported, got " +
-                 v->dump());
-    }
+  json recorded;
+  const json* v = f.peek("axis");
+  if (f.is_null("axis") || (v != nullptr && v->is_array() && v->empty())) {
+    std::string field;
+    f.take("axis", "", &field);
+    axis = nullptr;
+  } else {
+    recorded = channel_axis(f, ", or null (one mean for every element)");
   }
   const json mean = numbers(f, "mean");
   const json variance = numbers(f, "variance");
@@ -69,6 +64,7 @@ std::vector<json> ModelSpecParser::normalization(Fields& f, bool) {
   const bool invert = f.boolean("invert", "", false);
   f.finish({"batch_input_shape", "input_shape"});
   json j = {{"type", "normalization"}, {"axis", axis}, {"invert", invert}};
+  record_axis(j, recorded);
   if (mean.is_null()) return {j};  // adapted values: Note [Unstated normalization]
   const auto count = [](const json& v) { return v.is_array() ? v.size() : std::size_t{1}; };
   if (count(mean) != count(variance)) {
