@@ -57,12 +57,14 @@ const std::map<std::string, std::string>& partly() {
        "no use_gate, sliding_window or flash_attention; masks of trailing padding"},
       {"Conv2DTranspose", "output_padding null and dilation_rate 1 only"},
       {"BatchNormalization",
-       "axis -1; default initializers; no renorm; not over a sequence Keras masks"},
-      {"LayerNormalization", "axis -1 only; rms_scaling false"},
-      {"Concatenate", "axis -1 (the channel axis) only"},
+       "the channel axis only (-1, or 3 of an image); default initializers; no renorm; not over "
+       "a sequence Keras masks"},
+      {"LayerNormalization",
+       "the last axis only (-1, or 1 of features, 2 of sequences); rms_scaling false"},
+      {"Concatenate", "the channel axis only (-1, or 3 of images)"},
       {"Normalization",
-       "axis -1 or None; mean and variance stated in the config (adapt()'s values are weights "
-       "to_json() does not write)"},
+       "the channel axis (-1, or [3] of an image) or None; mean and variance stated in the config "
+       "(adapt()'s values are weights to_json() does not write)"},
       {"Resizing", "bilinear and nearest; no pad_to_aspect_ratio, no antialias"},
       {"InputLayer", "one input; sparse and ragged false"},
   };
