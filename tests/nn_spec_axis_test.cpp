@@ -148,7 +148,7 @@ TEST(PositiveAxes, NormalizationAxisListAndLayerNormalizationOfSequences) {
                                       keras_layer("Normalization", {{"axis", axis},
                                                                     {"mean", {0.1, 0.2, 0.3}},
                                                                     {"variance", {1.0, 2.0, 4.0}}}),
-                                      keras_layer("Flatten", json::object()),
+                                      keras_layer("GlobalAveragePooling2D", json::object()),
                                       keras_layer("Dense", {{"units", 2}})})),
         "norm.json");
   };

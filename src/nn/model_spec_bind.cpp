@@ -56,15 +56,17 @@ Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& 
 }
 
 /// Note [Positive channel axes] (model_spec_layers.cpp): the input `s` (per sample, NCHW for
-/// images) as Keras writes it in the layout the axis counts in, batch first: [N, H, W, C].
-std::string keras_shape(const Shape& s, bool channels_last) {
+/// images) as Keras writes it in the layout the axis counts in, batch first, and for an image
+/// that layout: "[N, 8, 8, 3] input (channels_last: [N, H, W, C])".
+std::string keras_input(const Shape& s, bool channels_last) {
   Shape k = s;
   if (s.size() == 3 && channels_last) k = {s[1], s[2], s[0]};
   std::string out = "[N";
   for (auto d : k) out += ", " + std::to_string(d);
-  out += "]";
-  if (s.size() == 3)
+  out += "] input";
+  if (s.size() == 3) {
     out += channels_last ? " (channels_last: [N, H, W, C])" : " (channels_first: [N, C, H, W])";
+  }
   return out;
 }
 
@@ -80,9 +82,9 @@ void check_axis(const Walk& w, json& l, const Shape& s, const std::string& does)
       s.size() == 3 && !last ? std::int64_t{1} : static_cast<std::int64_t>(s.size());
   if (axis != channel) {
     w.fail((l.contains("name") ? "'" + l["name"].get<std::string>() + "': " : std::string()) +
-           "axis " + std::to_string(axis) + " of a " + keras_shape(s, last) +
-           " input is not the channel axis; Mirror " + does +
-           " along the channel axis only (-1 or " + std::to_string(channel) + " here)");
+           "axis " + std::to_string(axis) + " of a " + keras_input(s, last) +
+           " is not the channel axis; Mirror " + does + " along the channel axis only (-1 or " +
+           std::to_string(channel) + " here)");
   }
   l.erase("data_format");
   if (l["type"] == "normalization") {
