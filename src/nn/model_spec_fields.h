@@ -125,12 +125,12 @@ class Fields {
            std::string("only ") + (supported ? "true" : "false") + " is supported (" + why + ")");
     }
   }
-  /// Whether `name` is present with the value null (where null means something else than
-  /// absent, e.g. Keras's Bidirectional merge_mode).
   /// The value under `name` as written (null included), without taking it; nullptr when absent.
   const json* peek(const std::string& name) const {
     return config_.contains(name) ? &config_[name] : nullptr;
   }
+  /// Whether `name` is present with the value null (where null means something else than
+  /// absent, e.g. Keras's Bidirectional merge_mode).
   bool is_null(const std::string& name) const {
     return config_.contains(name) && config_[name].is_null();
   }
