@@ -42,6 +42,27 @@ class BinaryTargets final : public DatasetView {
   }
 };
 
+class WiderClasses final : public DatasetView {
+ public:
+  WiderClasses(std::shared_ptr<const data::Dataset> base, int classes)
+      : DatasetView(std::move(base)), classes_(classes) {}
+  int num_classes() const override { return classes_; }
+  std::vector<std::string> class_names() const override {
+    std::vector<std::string> names = base_->class_names();
+    if (names.empty()) return names;
+    // The unused outputs keep their numbers, so mirror-predict still names every class.
+    for (int k = static_cast<int>(names.size()); k < classes_; ++k)
+      names.push_back(std::to_string(k));
+    return names;
+  }
+  std::string describe() const override {
+    return base_->describe() + ", read as " + std::to_string(classes_) + " classes";
+  }
+
+ private:
+  int classes_;
+};
+
 class RawPixels final : public DatasetView {
  public:
   using DatasetView::DatasetView;
@@ -92,6 +113,16 @@ std::shared_ptr<const data::Dataset> fixed_length(std::shared_ptr<const data::Da
                    std::to_string(steps) +
                    " tokens, or state the input length as None (Input(shape=(None,)))");
   return std::make_shared<FixedLength>(std::move(base), steps);
+}
+
+std::shared_ptr<const data::Dataset> wider_classes(std::shared_ptr<const data::Dataset> base,
+                                                   int classes) {
+  MIRROR_CHECK(base->target_kind() == data::TargetKind::kClass && classes >= base->num_classes(),
+               InvalidArgument,
+               "wider_classes: class labels and at least " + std::to_string(base->num_classes()) +
+                   " classes, got " + std::to_string(classes) + " for " + base->describe());
+  if (classes == base->num_classes()) return base;
+  return std::make_shared<WiderClasses>(std::move(base), classes);
 }
 
 std::shared_ptr<const data::Dataset> reshaped(std::shared_ptr<const data::Dataset> base,

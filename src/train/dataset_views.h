@@ -57,6 +57,12 @@ std::shared_ptr<const data::Dataset> reshaped(std::shared_ptr<const data::Datase
 /// target > 0.5). InvalidArgument for more classes.
 std::shared_ptr<const data::Dataset> binary_targets(std::shared_ptr<const data::Dataset> base);
 
+/// Note [Spec's output width]: class labels read as `classes` classes (>= the data's own count),
+/// for a model whose last layer has more units than the labels use: Keras trains such a head
+/// (the unused classes only ever learn to be unlikely), so Mirror does too, and warns.
+std::shared_ptr<const data::Dataset> wider_classes(std::shared_ptr<const data::Dataset> base,
+                                                   int classes);
+
 /// Fashion-MNIST's pixels (stored as i / 255) read back as the bytes 0..255 they were (Note [Raw
 /// values] in mirror/nn/models.h): for a model that rescales its input itself.
 std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -287,6 +288,34 @@ void check_normalization_values(const nn::ModelSpec& spec, const std::string& wh
 
 /// The spec bound to the training data (which it may view anew: binary labels), and the loss the
 /// run uses; a mismatch names the spec, the data and both values.
+bool cross_entropy_loss(const std::string& loss, const data::Dataset& train) {
+  return loss == "auto" ? train.target_kind() == data::TargetKind::kClass
+                        : dist::parse_loss(loss) == dist::LossKind::kSoftmaxCrossEntropy;
+}
+
+/// Note [Spec's output width] (dataset_views.h): a last dense wider than the labels' classes
+/// wins, with a warning naming the classes no label uses; a narrower one stays an error (bind).
+void widen_to_spec(const nn::ModelSpec& spec, DataSplits& d, bool cross_entropy,
+                   const std::string& what) {
+  const std::int64_t units = spec.output_units();
+  const int classes = d.train->num_classes();
+  if (!cross_entropy || d.train->target_kind() != data::TargetKind::kClass || units <= classes ||
+      units > std::numeric_limits<int>::max())
+    return;
+  const int wide = static_cast<int>(units);
+  d.warnings.push_back(
+      what + " ends in " + std::to_string(units) + " outputs, but the training labels make " +
+      std::to_string(classes) + " classes: class" +
+      (wide - classes == 1 ? " " + std::to_string(classes) + " is"
+                           : "es " + std::to_string(classes) + ".." + std::to_string(wide - 1) +
+                                 " are") +
+      " never a label (trained as Keras does: they only learn to be unlikely)");
+  d.train = wider_classes(d.train, wide);
+  if (d.test && d.test->target_kind() == data::TargetKind::kClass &&
+      d.test->num_classes() <= wide)
+    d.test = wider_classes(d.test, wide);
+}
+
 nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d,
                            std::string& loss) {
   nn::ModelSpec spec = load_spec(c, s);
@@ -308,10 +337,9 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
     d.train = fixed_length(d.train, stated[0]);
     if (d.test) d.test = fixed_length(d.test, stated[0]);
   }
+  widen_to_spec(spec, d, cross_entropy_loss(loss, *d.train), what);
   const data::Dataset& train = *d.train;
-  const bool cross_entropy = loss == "auto"
-                                 ? train.target_kind() == data::TargetKind::kClass
-                                 : dist::parse_loss(loss) == dist::LossKind::kSoftmaxCrossEntropy;
+  const bool cross_entropy = cross_entropy_loss(loss, train);
   MIRROR_CHECK(!spec.softmax_folded() || cross_entropy, InvalidArgument,
                "the model spec ends in a softmax, which Mirror folds into the "
                "softmax-cross-entropy loss, but this run's loss is " +

@@ -72,6 +72,27 @@ expect spec-shape nz '10.*8|8.*10' -- --model-spec spec.json --train-x x.npy --t
   --devices cpu --no-progress --batch-size 8
 grep -q '^\[mirror\] model ' spec-shape.out && fail "spec-shape: the mismatch was found after set-up"
 
+# Note [Spec's output width]: a last dense wider than the labels' classes trains (as in Keras),
+# warning which classes no label uses; the checkpoint's model keeps its 5 outputs. A narrower
+# one is refused.
+python3 - <<'PY'
+import json, struct
+header = "{'descr': '<i8', 'fortran_order': False, 'shape': (40,), }"
+header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+with open("y3.npy", "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    f.write(struct.pack("<40q", *[i % 3 for i in range(40)]))
+json.dump({"layers": [{"type": "dense", "units": 5}]}, open("wide.json", "w"))
+json.dump({"layers": [{"type": "dense", "units": 2}]}, open("narrow.json", "w"))
+PY
+expect wide-head 0 'ends in 5 outputs, but the training labels make 2 classes: classes 2\.\.4 are never a label' \
+  -- --model-spec wide.json --train-x x.npy --train-y y.npy --devices cpu --no-progress \
+  --batch-size 8 --epochs 1 --checkpoint-dir wide-ck
+"$build/bin/mirror-predict" --checkpoint wide-ck --input x.npy --output wide-p.npy >wide-p.out 2>&1 &&
+  head -c 128 wide-p.npy | grep -q "(40, 5)" || fail "wide-head: predictions are not [40, 5]: $(cat wide-p.out)"
+expect narrow-head nz "field 'units': the spec states 2 but the data has 3 outputs" -- \
+  --model-spec narrow.json --train-x x.npy --train-y y3.npy --devices cpu --no-progress --batch-size 8
+
 # A Fashion-MNIST folder whose .gz files are not gzip.
 mkdir fm
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
