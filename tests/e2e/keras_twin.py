@@ -50,7 +50,7 @@ def data(kind, prefix, n, seed):
     shapes = {"images28": (1, 28, 28), "rows28": (28, 28), "images": (2, 12, 12), "rows": (12, 6),
               "images345": (3, 4, 5), "unet": (1, 16, 16), "seq2seq": (10, 4),
               "images12": (3, 12, 12), "mobilenet": (3, 16, 16), "seq86": (8, 6),
-              "images8": (3, 8, 8)}
+              "images8": (3, 8, 8), "images32": (3, 32, 32), "images75": (3, 75, 75)}
     targets = {"unet": 256, "seq2seq": 18}  # float targets: regression (mse)
     if kind in shapes:
         x = rng.normal(0, 1, (n,) + shapes[kind]).astype(np.float32)
@@ -60,7 +60,8 @@ def data(kind, prefix, n, seed):
     if kind in targets:
         np.save(prefix + "_y.npy", rng.normal(0, 1, (n, targets[kind])).astype(np.float32))
         return
-    classes = {"images28": 10, "rows28": 10, "mobilenet": 5, "words": 5}.get(kind, 4)
+    classes = {"images28": 10, "rows28": 10, "mobilenet": 5, "words": 5, "images32": 10,
+               "images75": 10}.get(kind, 4)
     y = np.arange(n) % classes  # every class present: the data's class count is the model's
     np.save(prefix + "_y.npy", rng.permutation(y).astype(np.int64))
 
