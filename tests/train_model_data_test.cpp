@@ -3,6 +3,7 @@
 // built-in data read in the form the model's input takes (Note [Built-in data follow the
 // model]), Keras token models padded to their stated length, and the message for a
 // Normalization whose adapted values to_json() did not write.
+#include <algorithm>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -396,6 +397,22 @@ TEST(Normalization, AdaptedValuesComeFromTheKerasWeightsFile) {
   ASSERT_NE(norm, nullptr);
   EXPECT_EQ((*norm)["mean"].get<std::vector<float>>(), mean);
   EXPECT_EQ((*norm)["variance"].get<std::vector<float>>(), variance);
+  // Exported again where Keras keeps them, count included: Keras's load_weights of the adapted
+  // model expects all three. The model with stated values has no such variables.
+  const auto exported = train::keras_weights_layout(nn::ModelSpec::from_json(bound, "bound"));
+  const auto found = std::find_if(exported.begin(), exported.end(), [](const auto& v) {
+    return v.path == "layers/normalization";
+  });
+  ASSERT_NE(found, exported.end());
+  ASSERT_EQ(found->values.size(), 3u);
+  EXPECT_EQ(found->values[0].to_vector<float>(), mean);
+  EXPECT_EQ(found->values[1].to_vector<float>(), variance);
+  EXPECT_EQ(found->values[2].shape(), Shape{});
+  EXPECT_EQ(found->values[2].to_vector<float>(), std::vector<float>{64.0f});
+  for (const auto& v : train::keras_weights_layout(nn::ModelSpec::from_json(
+           json::parse(with_values.task.model_description), "stated"))) {
+    EXPECT_NE(v.path, "layers/normalization") << "a stated normalization has no Keras variables";
+  }
   // A file without them names the path it looked for.
   file.pop_back();
   train::write_keras_weights_file(weights, file);

@@ -62,10 +62,21 @@ std::vector<json> ModelSpecParser::normalization(Fields& f, bool) {
     f.fail(mean.is_null() ? "mean" : "variance", "mean and variance go together");
   }
   const bool invert = f.boolean("invert", "", false);
+  // Mirror's canonical form only: values that Keras's adapt() computed (Note [Adapted
+  // normalization]), which Keras keeps as variables, with adapt()'s sample count.
+  const bool adapted = f.boolean("adapted", "", false);
+  const std::int64_t samples = f.integer("count", "", 0, 0);
   f.finish({"batch_input_shape", "input_shape"});
   json j = {{"type", "normalization"}, {"axis", axis}, {"invert", invert}};
   record_axis(j, recorded);
-  if (mean.is_null()) return {j};  // adapted values: Note [Unstated normalization]
+  if (mean.is_null()) {  // adapted values: Note [Unstated normalization]
+    if (adapted) f.fail("adapted", "true needs the adapted mean and variance");
+    return {j};
+  }
+  if (adapted) {
+    j["adapted"] = true;
+    j["count"] = samples;
+  }
   const auto count = [](const json& v) { return v.is_array() ? v.size() : std::size_t{1}; };
   if (count(mean) != count(variance)) {
     f.fail("variance", std::to_string(count(variance)) + " values for " +

@@ -34,6 +34,10 @@ nn::ModelSpec with_keras_normalization(const nn::ModelSpec& spec,
                      " means for a normalization with axis null (one mean)");
     l["mean"] = mean;
     l["variance"] = variance;
+    l["adapted"] = true;  // Keras's variables again on export (keras_weights_layers.cpp)
+    l["count"] = found->values.size() > 2 && found->values[2].numel() == 1
+                     ? static_cast<std::int64_t>(found->values[2].to_vector<float>()[0])
+                     : 0;
     changed = true;
   }
   return changed ? nn::ModelSpec::from_json(j, source + " (its model with adapted normalization)")

@@ -220,7 +220,16 @@ std::vector<KerasVariables> layer_to_keras(Walk& w, std::size_t i, const LayerTe
 std::vector<KerasVariables> convert_all(Walk& w, const NamedTensors& tensors) {
   std::vector<KerasVariables> out;
   for (std::size_t i : w.order) {
-    if (!has_tensors(*w.model.layers()[i])) continue;
+    if (!has_tensors(*w.model.layers()[i])) {
+      const KerasConversion* c = find_keras_conversion(type_of(*w.infos[i].spec));
+      if (c == nullptr || !c->spec_variables) continue;
+      for (KerasVariables& v : c->spec_variables(w.infos[i])) {
+        v.path = w.infos[i].path + (v.path.empty() ? "" : "/" + v.path);
+        v.layer = w.infos[i].name;
+        out.push_back(std::move(v));
+      }
+      continue;
+    }
     for (KerasVariables& v : layer_to_keras(w, i, layer_tensors(w, i, tensors))) {
       out.push_back(std::move(v));
     }

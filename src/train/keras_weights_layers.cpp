@@ -359,6 +359,29 @@ KerasConversion time_distributed() {
   return c;
 }
 
+/// Note [Adapted normalization]: Keras keeps adapt()'s mean, variance and count as the layer's
+/// variables ([C] each, or scalars for axis null; the count an int32 scalar, written as float and
+/// cast by Keras on load); a Normalization given its values in the config has none.
+KerasConversion normalization() {
+  KerasConversion c;
+  c.keras_class = "normalization";
+  c.spec_variables = [](const KerasLayerInfo& info) {
+    const json& l = *info.spec;
+    if (!l.value("adapted", false)) return Vars{};
+    const Shape shape = l["axis"].is_null() ? Shape{} : Shape{std::int64_t(l["mean"].size())};
+    auto values = [&](const char* key) {
+      Tensor t = Tensor::empty(shape, DType::kFloat32);
+      for (std::int64_t k = 0; k < t.numel(); ++k)
+        t.data<float>()[k] = l[key][static_cast<std::size_t>(k)].get<float>();
+      return t;
+    };
+    Tensor count = Tensor::empty({}, DType::kFloat32);
+    count.data<float>()[0] = static_cast<float>(l.value("count", std::int64_t{0}));
+    return Vars{{"", "", {values("mean"), values("variance"), count}}};
+  };
+  return c;
+}
+
 KerasConversion order_rule(FeatureOrder rule) {
   KerasConversion c;
   c.feature_order = rule;
@@ -379,6 +402,7 @@ void register_builtin_keras_conversions(std::map<std::string, KerasConversion>& 
   t["batch_normalization"] =
       per_feature("batch_normalization", {"gamma", "beta", "moving_mean", "moving_variance"});
   t["layer_normalization"] = per_feature("layer_normalization", {"gamma", "beta"});
+  t["normalization"] = normalization();
   // Layers without weights that a Flatten's feature order passes through.
   for (const char* type : {"activation", "dropout"}) t[type] = order_rule(FeatureOrder::kPass);
   t["flatten"] = order_rule(FeatureOrder::kFlatten);

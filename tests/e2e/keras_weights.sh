@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Weights both ways between Mirror and Keras 3 (tests/e2e/keras_twin.py is Keras's side, the steps
 # are tests/e2e/keras_common.bash), for every shipped spec (examples/models/*.json, the ONNX
-# coverage specs of tests/data/onnx/, the Flatten and normalization spec of tests/data/keras/) and
+# coverage specs of tests/data/onnx/, the Flatten and normalization spec of tests/data/keras/, a
+# Keras model with an adapted Normalization) and
 # the residual and branching Keras fixtures (keras_models.sh: the models of Keras's other layers):
 #  - out: a model trained one SGD step by mirror-train, exported with mirror-export
 #    --keras-weights, loads with Keras's load_weights into the model the spec was read from (the
@@ -57,6 +58,24 @@ model coverage-words wfull 0.1 --model-spec "$root/tests/data/onnx/coverage-word
 model flatten-bn img345 0.1 --model-spec "$root/tests/data/keras/flatten-bn.mirror.json"
 keras_model residual img28 0.1
 keras_model branches img28 0.1
+# Note [Adapted normalization]: a Keras model whose Normalization was adapted (to_json() writes
+# "mean": null) trains from its saved weights and exports adapt()'s mean, variance and count
+# again, which Keras's load_weights of that model requires.
+python3 - <<'PY' || fail "Keras adapts a Normalization"
+import numpy as np
+import keras
+x = np.load("imgs_x.npy").transpose(0, 2, 3, 1)
+inputs = keras.Input((12, 12, 2))
+norm = keras.layers.Normalization()
+y = keras.layers.Conv2D(4, 3, activation="relu")(norm(inputs))
+outputs = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(y))
+model = keras.Model(inputs, outputs)
+norm.adapt(x * 3.0 + 1.0)
+model.save_weights("adapted.weights.h5")
+open("adapted.json", "w").write(model.to_json())
+PY
+model adapted imgs out --keras-json adapted.json --model-spec adapted.json \
+  --init-weights adapted.weights.h5
 [ ${#steps[@]} -eq 15 ] || fail "expected 15 models in both directions, got ${#steps[@]}"
 keras_out
 keras_in

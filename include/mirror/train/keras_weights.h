@@ -145,6 +145,10 @@ struct KerasConversion {
   /// Keras -> Mirror: receives exactly the paths, counts and shapes to_keras gives (checked
   /// before), returns every tensor of the layer.
   std::function<LayerTensors(const KerasLayerInfo&, const std::vector<KerasVariables>&)> from_keras;
+  /// Mirror -> Keras for a type whose Keras variables are values of its spec, not tensors (an
+  /// adapted Normalization's mean, variance and count); null otherwise. Read back by
+  /// with_keras_normalization, not from_keras.
+  std::function<std::vector<KerasVariables>(const KerasLayerInfo&)> spec_variables;
 };
 
 /// Adds or replaces the conversion of a canonical layer type ("conv2d", "gru", ...). Built-in
