@@ -5,6 +5,8 @@ library's (Note [One command line], tools/train_flags.h)."""
 import glob
 import json
 import os
+import shutil
+import tempfile
 
 from . import _mirror
 from ._errors import Preempted, StopTraining
@@ -62,6 +64,26 @@ def _model_source(model, builtin_names):
     raise TypeError("model must be a Keras model (anything with to_json()), a Mirror model spec "
                     "(a dict, JSON text or a .json file) or a built-in model's name, got "
                     f"{type(model).__name__}")
+
+
+def _keras_weights(model, options, args, arrays):
+    """Note [Keras model's weights]: a built Keras model starts from its current weights, as its
+    own fit() would (a model the user loaded, adapted or trained): saved by this rank to a file
+    of its own, read as --init-weights (rank 0's are broadcast, as every initial weight is).
+    ``init_weights=`` overrides. Returns the folder to remove after the run, or None."""
+    if (options.get("init_weights") is not None or not getattr(model, "built", False)
+            or not callable(getattr(model, "save_weights", None))):
+        return None
+    folder = tempfile.mkdtemp(prefix="mirror-keras-weights-")
+    path = os.path.join(folder, "model.weights.h5")
+    try:
+        model.save_weights(path)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    arrays["init_weights_file"] = path
+    args.append(f"--init-weights=Keras model '{getattr(model, 'name', 'model')}' (its weights)")
+    return folder
 
 
 def _data_source(split, x, y, args, arrays):
@@ -175,7 +197,9 @@ def fit(model, x=None, y=None, *, validation_data=None, callbacks=None, **option
     (``launch/mirrorrun -np N python3 script.py``), each rank calling ``fit`` with the same
     arguments. Rank 0 prints progress.
 
-    model: a Keras model object (its ``to_json()`` is read; Keras itself is not needed), a
+    model: a Keras model object (its ``to_json()`` is read, and a built model starts from its
+        current weights, adapted Normalization included, as Keras's own ``fit`` does;
+        ``init_weights=`` overrides; Keras itself is not needed otherwise), a
         Mirror model spec (a dict, JSON text or a ``.json`` file) or a built-in model's name
         (``"cnn"``, ``"gru-rows"``, ...).
     x, y: NumPy arrays (a C-contiguous array of uint8 ... float64 is read in place, never
@@ -205,6 +229,7 @@ def fit(model, x=None, y=None, *, validation_data=None, callbacks=None, **option
         _data_source("test", validation_data[0], validation_data[1], args, arrays)
     args += _flag_args(options, _switches())
     hooks = _Hooks(callbacks)
+    weights_folder = _keras_weights(model, options, args, arrays) if spec_json else None
     try:
         result = _mirror.fit(args, spec_json, arrays, hooks.step_hook(), hooks.epoch_hook())
     except BaseException:
@@ -214,6 +239,9 @@ def fit(model, x=None, y=None, *, validation_data=None, callbacks=None, **option
             hooks.error.mirror_agreed = True
             raise hooks.error from None
         raise
+    finally:
+        if weights_folder:
+            shutil.rmtree(weights_folder, ignore_errors=True)
     history = History(result, dict(options))
     if result["preempted"]:
         stopped = Preempted("training stopped by a signal after step "

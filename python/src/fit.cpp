@@ -54,6 +54,8 @@ train::Sources sources_of(const nb::dict& arrays, const std::optional<std::strin
     s.*fields[i].second = borrow_array(nb::cast<CpuArray>(arrays[fields[i].first]), *names[i]);
   }
   if (spec_json) s.model_spec = parse_json_input(*spec_json, config.model_spec);
+  if (arrays.contains("init_weights_file"))  // a Keras model's weights, saved by mirror.fit
+    s.init_weights_file = nb::cast<std::string>(arrays["init_weights_file"]);
   return s;
 }
 

@@ -316,6 +316,11 @@ void widen_to_spec(const nn::ModelSpec& spec, DataSplits& d, bool cross_entropy,
     d.test = wider_classes(d.test, wide);
 }
 
+/// The file --init-weights reads: the config's path, or the file an in-memory source names.
+std::string init_weights_path(const TrainConfig& c, const Sources& s) {
+  return s.init_weights_file.value_or(c.init_weights);
+}
+
 nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d,
                            std::string& loss) {
   nn::ModelSpec spec = load_spec(c, s);
@@ -325,7 +330,7 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
                                                 : "--model-spec " + c.model_spec;
   loss = binary_head(c, spec, d, what);
   if (!c.init_weights.empty()) {  // Note [Adapted normalization] (keras_weights.h)
-    spec = with_keras_normalization(spec, read_keras_weights_file(c.init_weights),
+    spec = with_keras_normalization(spec, read_keras_weights_file(init_weights_path(c, s)),
                                     "--init-weights " + c.init_weights);
   }
   check_normalization_values(spec, what);
@@ -361,7 +366,8 @@ void check_sources(const TrainConfig& c, const Sources& s) {
       {!s.train_y || !c.train_y.empty(), "train_y"},
       {!s.test_x || !c.test_x.empty(), "test_x"},
       {!s.test_y || !c.test_y.empty(), "test_y"},
-      {!s.model_spec || !c.model_spec.empty(), "model_spec"}};
+      {!s.model_spec || !c.model_spec.empty(), "model_spec"},
+      {!s.init_weights_file || !c.init_weights.empty(), "init_weights"}};
   for (const auto& [ok, field] : named) {
     MIRROR_CHECK(ok, InvalidArgument,
                  std::string("an in-memory ") + field + " needs a name in the config's " + field);
@@ -458,8 +464,8 @@ ConfigTask task_from_config(const TrainConfig& c, const Sources& s) {
     // --init-weights: every replica starts from the file's weights (read once per rank, as the
     // data files are), BatchNorm statistics included.
     const std::string path = c.init_weights;
-    auto init = std::make_shared<const NamedTensors>(
-        from_keras_weights(bound, read_keras_weights_file(path), "--init-weights " + path));
+    auto init = std::make_shared<const NamedTensors>(from_keras_weights(
+        bound, read_keras_weights_file(init_weights_path(c, s)), "--init-weights " + path));
     t.task.model = [bound, seed, init, path](Device d) {
       nn::Sequential m = nn::make_model(bound, DType::kFloat32, d, seed);
       assign_model_tensors(m, *init, "--init-weights " + path);

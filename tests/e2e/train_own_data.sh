@@ -52,8 +52,8 @@ for split, n in (("train", 240), ("test", 60)):
 json.dump({"name": "small-mlp", "description": "one hidden layer", "layers": [
     {"type": "dense", "units": 16, "activation": "relu"},
     {"type": "dense"}]}, open(out + "/mlp.json", "w"))
-# States 5 outputs: does not fit 3 classes.
-json.dump({"layers": [{"type": "dense", "units": 5}]}, open(out + "/wrong.json", "w"))
+# States 2 outputs: does not fit 3 classes (more outputs than classes train, as in Keras).
+json.dump({"layers": [{"type": "dense", "units": 2}]}, open(out + "/wrong.json", "w"))
 PY
 
 common=(--epochs 4 --batch-size 24 --lr 0.01 --threads 1 --devices cpu
@@ -107,8 +107,8 @@ set +e
 "$train" "${common[@]}" --model-spec "$work/wrong.json" "${npy[@]}" >"$work/err.out" 2>&1
 rc=$?
 set -e
-[ $rc -ne 0 ] || fail "a 5-output spec trained on 3 classes"
+[ $rc -ne 0 ] || fail "a 2-output spec trained on 3 classes"
 cat "$work/err.out"
-grep -q 'does not fit' "$work/err.out" && grep -q '5' "$work/err.out" && grep -q '3' "$work/err.out" ||
+grep -q 'does not fit' "$work/err.out" && grep -q '2' "$work/err.out" && grep -q '3' "$work/err.out" ||
   fail "error does not name both"
 echo "all train_own_data checks passed"

@@ -190,6 +190,9 @@ struct FitCallbacks {
 struct Sources {
   std::optional<data::NumericArray> train_x, train_y, test_x, test_y;  // config.train_x, ...
   std::optional<nlohmann::json> model_spec;  // a model spec's JSON; config.model_spec
+  // A .weights.h5 file read for config.init_weights, which names it (mirror.fit saves a Keras
+  // model's current weights to a file of each rank's own; every rank's config shows one name).
+  std::optional<std::string> init_weights_file;
 };
 
 /// Exit code of mirror-train when its set-up fails after start-up (a bad model spec, data file,
