@@ -504,9 +504,39 @@ void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec,
     to_probabilities(values, outputs, sigmoid_outputs(spec, outputs));
 }
 
+namespace {
+
+/// Note [Keras's image layout] (mirror/nn/models.h): a channels_last model's [N, H, W, C] images
+/// become [N, C, H, W], as mirror-train reads them (H = W = C: Keras's order, as in training).
+void channels_first_samples(Inputs& inputs, const nn::Sequential& model) {
+  const Shape& chw = model.input_shape();
+  if (!model.channels_last_input() || inputs.tokens || inputs.shape.size() != 4 ||
+      chw.size() != 3)
+    return;
+  const std::int64_t n = inputs.shape[0], h = inputs.shape[1], w = inputs.shape[2],
+                     c = inputs.shape[3];
+  const Shape hwc = {chw[1], chw[2], chw[0]};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (hwc[i] >= 0 && hwc[i] != inputs.shape[i + 1]) return;
+  }
+  std::vector<float> out(inputs.floats.size());
+  for (std::int64_t s = 0; s < n; ++s) {
+    const float* src = inputs.floats.data() + s * h * w * c;
+    float* dst = out.data() + s * h * w * c;
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t p = 0; p < h * w; ++p) dst[ch * h * w + p] = src[p * c + ch];
+    }
+  }
+  inputs.floats = std::move(out);
+  inputs.shape = {n, c, h, w};
+}
+
+}  // namespace
+
 void prepare_inputs(Inputs& inputs, nn::Sequential& model, const std::string& what,
                     const Shape& input_shape, const std::string& reshaped_by) {
   if (!input_shape.empty()) reshape_samples(inputs, input_shape);
+  channels_first_samples(inputs, model);
   if (model.keras_masks() && inputs.tokens) {
     // Training refuses longer sequences (fixed_length); predicting on them would read steps
     // the model never saw.

@@ -412,12 +412,19 @@ void ModelSpecParser::mirror_model(const json& j) {
   for (const auto& item : j.items()) {
     static const std::set<std::string> known = {"name",   "description",    "input_shape",
                                                 "layers", "softmax_folded", "sigmoid_folded",
-                                                "masks"};
+                                                "masks",  "input_layout"};
     if (!known.count(item.key())) {
       throw InvalidArgument(source + ", field '" + item.key() +
                             "': unknown field; known: name, description, input_shape, layers, "
-                            "masks, softmax_folded, sigmoid_folded");
+                            "masks, softmax_folded, sigmoid_folded, input_layout");
     }
+  }
+  if (j.contains("input_layout")) {  // Note [Keras's image layout]
+    if (j["input_layout"] != "channels_last") {
+      throw InvalidArgument(source + ", field 'input_layout': expected \"channels_last\" (or no "
+                            "field: Mirror's NCHW), got " + j["input_layout"].dump());
+    }
+    spec.channels_last_input_ = true;
   }
   if (j.contains("name")) {
     if (!j["name"].is_string()) {
@@ -517,6 +524,8 @@ ModelSpec ModelSpec::from_json(const json& j, const std::string& source) {
                           j.dump().substr(0, 200));
   }
   p.spec.input_shape_ = p.stated_nchw();
+  // Note [Keras's image layout]: the stated [H, W, C] was turned into [C, H, W] above.
+  if (p.data_format == "channels_last" && p.stated.size() == 3) p.spec.channels_last_input_ = true;
   p.spec.bound_ = false;
   // A spec that states everything is bound already (checkpoints store bound specs).
   const bool complete =
@@ -594,6 +603,7 @@ json ModelSpec::to_json() const {
   if (keras_masks_) j["masks"] = "keras";           // Note [Sequence masks]
   if (softmax_folded_) j["softmax_folded"] = true;  // Note [Folded softmax]
   if (sigmoid_folded_) j["sigmoid_folded"] = true;  // Note [Folded sigmoid]
+  if (channels_last_input_) j["input_layout"] = "channels_last";  // Note [Keras's image layout]
   return j;
 }
 

@@ -180,6 +180,7 @@ Sequential make_model(const ModelSpec& bound, DType dtype, Device device, std::u
     index[l["name"].get<std::string>()] = static_cast<int>(m.layers().size()) - 1;
   }
   m.set_keras_masks(bound.keras_masks());
+  m.set_channels_last_input(bound.channels_last_input());
   m.build(bound.input_shape(), seed, dtype, device);
   return m;
 }

@@ -63,6 +63,33 @@ class WiderClasses final : public DatasetView {
   int classes_;
 };
 
+class ChannelsFirst final : public DatasetView {
+ public:
+  explicit ChannelsFirst(std::shared_ptr<const data::Dataset> base)
+      : DatasetView(std::move(base)), hwc_(base_->sample_shape()) {}
+  Shape sample_shape() const override { return {hwc_[2], hwc_[0], hwc_[1]}; }
+  void decode_float(std::int64_t i, float* dst) const override {
+    const std::int64_t h = hwc_[0], w = hwc_[1], c = hwc_[2];
+    std::vector<float>& hwc = scratch();
+    hwc.resize(static_cast<std::size_t>(h * w * c));
+    base_->decode_float(i, hwc.data());
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t p = 0; p < h * w; ++p) dst[ch * h * w + p] = hwc[p * c + ch];
+    }
+  }
+  std::string describe() const override {
+    return base_->describe() + ", [H, W, C] samples read as [C, H, W]";
+  }
+
+ private:
+  // Loader workers decode concurrently: one buffer per thread.
+  static std::vector<float>& scratch() {
+    thread_local std::vector<float> buffer;
+    return buffer;
+  }
+  Shape hwc_;
+};
+
 class RawPixels final : public DatasetView {
  public:
   using DatasetView::DatasetView;
@@ -123,6 +150,13 @@ std::shared_ptr<const data::Dataset> wider_classes(std::shared_ptr<const data::D
                    " classes, got " + std::to_string(classes) + " for " + base->describe());
   if (classes == base->num_classes()) return base;
   return std::make_shared<WiderClasses>(std::move(base), classes);
+}
+
+std::shared_ptr<const data::Dataset> channels_first(std::shared_ptr<const data::Dataset> base) {
+  MIRROR_CHECK(base->input_dtype() == DType::kFloat32 && base->sample_shape().size() == 3,
+               InvalidArgument, "channels_first: [H, W, C] float samples only, got " +
+                                    base->describe());
+  return std::make_shared<ChannelsFirst>(std::move(base));
 }
 
 std::shared_ptr<const data::Dataset> reshaped(std::shared_ptr<const data::Dataset> base,

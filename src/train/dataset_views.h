@@ -63,6 +63,10 @@ std::shared_ptr<const data::Dataset> binary_targets(std::shared_ptr<const data::
 std::shared_ptr<const data::Dataset> wider_classes(std::shared_ptr<const data::Dataset> base,
                                                    int classes);
 
+/// Note [Keras's image layout] (mirror/nn/models.h): `base`'s [H, W, C] samples read as
+/// [C, H, W] (each sample transposed as it is decoded). InvalidArgument unless float [H, W, C].
+std::shared_ptr<const data::Dataset> channels_first(std::shared_ptr<const data::Dataset> base);
+
 /// Fashion-MNIST's pixels (stored as i / 255) read back as the bytes 0..255 they were (Note [Raw
 /// values] in mirror/nn/models.h): for a model that rescales its input itself.
 std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base);

@@ -321,6 +321,27 @@ std::string init_weights_path(const TrainConfig& c, const Sources& s) {
   return s.init_weights_file.value_or(c.init_weights);
 }
 
+/// Whether samples `s` are the spec's stated image [C, H, W] (-1: any) in Keras's order [H, W, C].
+bool keras_order(const Shape& stated, const Shape& s) {
+  if (stated.size() != 3 || s.size() != 3) return false;
+  const Shape hwc = {stated[1], stated[2], stated[0]};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (hwc[i] >= 0 && hwc[i] != s[i]) return false;
+  }
+  return true;
+}
+
+/// Note [Keras's image layout]: a channels_last model's [H, W, C] samples are read as NCHW.
+/// Samples that fit both orders (H = W = C) are taken in Keras's, as a Keras user gives them.
+void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
+  if (!spec.channels_last_input()) return;
+  for (std::shared_ptr<const data::Dataset>* split : {&d.train, &d.test}) {
+    if (*split && (*split)->input_dtype() == DType::kFloat32 &&
+        keras_order(spec.input_shape(), (*split)->sample_shape()))
+      *split = channels_first(*split);
+  }
+}
+
 nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d,
                            std::string& loss) {
   nn::ModelSpec spec = load_spec(c, s);
@@ -342,6 +363,7 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
     d.train = fixed_length(d.train, stated[0]);
     if (d.test) d.test = fixed_length(d.test, stated[0]);
   }
+  keras_image_layout(spec, d);
   widen_to_spec(spec, d, cross_entropy_loss(loss, *d.train), what);
   const data::Dataset& train = *d.train;
   const bool cross_entropy = cross_entropy_loss(loss, train);

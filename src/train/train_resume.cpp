@@ -204,6 +204,7 @@ bool Trainer::Impl::same_model(const std::string& stored) const {
       nlohmann::json j =
           nn::ModelSpec::from_json(nlohmann::json::parse(text), "checkpoint model").to_json();
       j.erase("name");
+      j.erase("input_layout");  // how samples are read (Note [Keras's image layout]), not weights
       return j;
     };
     return canonical(stored) == canonical(task.model_description);

@@ -67,6 +67,12 @@ class ModelSpec {
   /// spec with "masks": "keras"): padding is masked only where Keras masks it; false for Mirror's
   /// (the data's lengths reach every sequence layer).
   bool keras_masks() const { return keras_masks_; }
+  /// Note [Keras's image layout]: the model states a channels_last image input [H, W, C] (a Keras
+  /// CNN), which input_shape() gives as Mirror's [C, H, W]. Samples given in Keras's order
+  /// [H, W, C] (NHWC arrays, as Keras reads them) are then transposed per batch by mirror-train,
+  /// mirror-predict and the Python module; NCHW samples are read as they are. Canonical JSON:
+  /// "input_layout": "channels_last".
+  bool channels_last_input() const { return channels_last_input_; }
   /// Note [Raw values]: whether the model's first layer is a Rescaling or a Normalization (a Keras
   /// tutorial's Rescaling(1/255)): such a model reads uint8 data as stored (0..255), as Keras
   /// gives them to it, where Mirror otherwise scales uint8 to [0, 1].
@@ -98,6 +104,7 @@ class ModelSpec {
   bool softmax_folded_ = false;
   bool sigmoid_folded_ = false;
   bool keras_masks_ = false;
+  bool channels_last_input_ = false;
   std::vector<std::size_t> origin_;  // each layer's index in the parsed JSON (for messages)
 
   friend struct ModelSpecParser;

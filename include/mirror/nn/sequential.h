@@ -60,6 +60,9 @@ class Sequential {
   /// masks start at Masking layers), false (the default) for Mirror's.
   void set_keras_masks(bool keras) { keras_masks_ = keras; }
   bool keras_masks() const { return keras_masks_; }
+  /// Note [Keras's image layout] (mirror/nn/models.h): inputs may come as [H, W, C].
+  void set_channels_last_input(bool v) { channels_last_input_ = v; }
+  bool channels_last_input() const { return channels_last_input_; }
   /// Called after each layer's backward with the parameters whose gradients are now final
   /// (last layer first; layers without parameters do not call it).
   using GradReadyHook = std::function<void(const std::vector<Parameter*>&)>;
@@ -113,6 +116,7 @@ class Sequential {
   bool built_ = false;
   LayerTimes* times_ = nullptr;
   bool keras_masks_ = false;
+  bool channels_last_input_ = false;
   bool blocked_images_ = true;
 };
 
