@@ -330,7 +330,9 @@ void ImageFiles::decode_photo(std::int64_t index, std::uint64_t seed, int epoch,
     flip = p.flip && (rng() >> 63) != 0;
   }
   const int denominator =
-      header.format == ImageFormat::kJpeg ? reduced_denominator(box, out_h, out_w) : 1;
+      header.format == ImageFormat::kJpeg && options_.reduced_decode
+          ? reduced_denominator(box, out_h, out_w)
+          : 1;
   DecodedImage image = decode_file(index, file, bytes, denominator);
   if (image.width != header.width || image.height != header.height) {
     // A reduced decode: pixel i covers source pixels [i * d, i * d + d).

@@ -85,6 +85,46 @@ Taps make_taps(double start, double length, int in_size, int out_size, bool flip
   return t;
 }
 
+/// Note [Resample order]: per output row, the source rows it reads are first summed with their
+/// vertical weights over the columns any output pixel reads (contiguous bytes: a loop the
+/// compiler vectorises), then each output pixel sums its horizontal taps of that float row,
+/// every channel at once (C independent sums, not one dependent chain per channel).
+template <int C>
+void resample_rows_then_columns(const std::uint8_t* pixels, int w, const Taps& cols,
+                                const Taps& rows, int out_h, int out_w, const float* scale,
+                                const float* bias, float* dst) {
+  int c0 = w, c1 = 0;  // the source columns any output pixel reads
+  for (int x = 0; x < out_w; ++x) {
+    c0 = std::min(c0, cols.first[static_cast<std::size_t>(x)]);
+    c1 = std::max(c1, cols.first[static_cast<std::size_t>(x)] + cols.count[static_cast<std::size_t>(x)]);
+  }
+  const std::size_t span = static_cast<std::size_t>(c1 - c0) * C;
+  thread_local std::vector<float> line;  // one row at a time: no allocation per image
+  line.resize(span);
+  float* acc = line.data();
+  const std::size_t plane = static_cast<std::size_t>(out_h) * out_w;
+  for (int y = 0; y < out_h; ++y) {
+    const float* wy = rows.weights.data() + static_cast<std::size_t>(y) * rows.max_taps;
+    const std::uint8_t* src = pixels + (static_cast<std::size_t>(rows.first[static_cast<std::size_t>(y)]) * w + c0) * C;
+    const std::size_t stride = static_cast<std::size_t>(w) * C;
+    for (std::size_t i = 0; i < span; ++i) acc[i] = wy[0] * static_cast<float>(src[i]);
+    for (int t = 1; t < rows.count[static_cast<std::size_t>(y)]; ++t) {
+      const std::uint8_t* s = src + t * stride;
+      const float wt = wy[t];
+      for (std::size_t i = 0; i < span; ++i) acc[i] += wt * static_cast<float>(s[i]);
+    }
+    float* out = dst + static_cast<std::size_t>(y) * out_w;
+    for (int x = 0; x < out_w; ++x) {
+      const float* a = acc + static_cast<std::size_t>(cols.first[static_cast<std::size_t>(x)] - c0) * C;
+      const float* wx = cols.weights.data() + static_cast<std::size_t>(x) * cols.max_taps;
+      float v[C] = {};
+      for (int t = 0; t < cols.count[static_cast<std::size_t>(x)]; ++t)
+        for (int k = 0; k < C; ++k) v[k] += wx[t] * a[t * C + k];
+      for (int k = 0; k < C; ++k) out[k * plane + x] = v[k] * scale[k] + bias[k];
+    }
+  }
+}
+
 }  // namespace
 
 void parse_crop(std::string_view spec, PhotoRecipe& r) {
@@ -204,47 +244,14 @@ CropBox eval_crop_box(int height, int width, int resize, int out_h, int out_w) {
 void resample_to_chw(const std::uint8_t* pixels, int h, int w, int c, const CropBox& box,
                      int out_h, int out_w, bool flip, const float* scale, const float* bias,
                      float* dst) {
+  MIRROR_CHECK(c == 1 || c == 3, InvalidArgument,
+               "resample_to_chw reads 1 or 3 channels, got " + std::to_string(c));
   const Taps cols = make_taps(box.left, box.width, w, out_w, flip);
   const Taps rows = make_taps(box.top, box.height, h, out_h, false);
-  int r0 = h, r1 = 0;  // the source rows any output row reads
-  for (int y = 0; y < out_h; ++y) {
-    r0 = std::min(r0, rows.first[static_cast<std::size_t>(y)]);
-    r1 = std::max(r1, rows.first[static_cast<std::size_t>(y)] + rows.count[static_cast<std::size_t>(y)]);
-  }
-  // Rows first: each needed source row resampled to out_w pixels, still interleaved.
-  const std::size_t row_len = static_cast<std::size_t>(out_w) * c;
-  std::vector<float> tmp(static_cast<std::size_t>(r1 - r0) * row_len);
-  for (int r = r0; r < r1; ++r) {
-    const std::uint8_t* src = pixels + static_cast<std::size_t>(r) * w * c;
-    float* out = tmp.data() + static_cast<std::size_t>(r - r0) * row_len;
-    for (int x = 0; x < out_w; ++x) {
-      const std::uint8_t* s = src + static_cast<std::size_t>(cols.first[static_cast<std::size_t>(x)]) * c;
-      const float* wt = cols.weights.data() + static_cast<std::size_t>(x) * cols.max_taps;
-      const int n = cols.count[static_cast<std::size_t>(x)];
-      for (int k = 0; k < c; ++k) {
-        float acc = 0;
-        for (int t = 0; t < n; ++t) acc += wt[t] * static_cast<float>(s[t * c + k]);
-        out[x * c + k] = acc;
-      }
-    }
-  }
-  // Then columns: a weighted sum of whole rows (contiguous, vectorisable), written planar.
-  std::vector<float> acc(row_len);
-  const std::size_t plane = static_cast<std::size_t>(out_h) * out_w;
-  for (int y = 0; y < out_h; ++y) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    const int first = rows.first[static_cast<std::size_t>(y)];
-    const float* wt = rows.weights.data() + static_cast<std::size_t>(y) * rows.max_taps;
-    for (int t = 0; t < rows.count[static_cast<std::size_t>(y)]; ++t) {
-      const float* in = tmp.data() + static_cast<std::size_t>(first + t - r0) * row_len;
-      const float wy = wt[t];
-      for (std::size_t i = 0; i < row_len; ++i) acc[i] += wy * in[i];
-    }
-    for (int k = 0; k < c; ++k) {
-      float* out = dst + k * plane + static_cast<std::size_t>(y) * out_w;
-      for (int x = 0; x < out_w; ++x) out[x] = acc[static_cast<std::size_t>(x) * c + k] * scale[k] + bias[k];
-    }
-  }
+  if (c == 1)
+    resample_rows_then_columns<1>(pixels, w, cols, rows, out_h, out_w, scale, bias, dst);
+  else
+    resample_rows_then_columns<3>(pixels, w, cols, rows, out_h, out_w, scale, bias, dst);
 }
 
 }  // namespace mirror::data

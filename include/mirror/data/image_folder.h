@@ -39,6 +39,9 @@ struct ImageFolderOptions {
   /// still covers the output size at that scale (Note [Reduced decode], image_decode.h).
   PhotoRecipe photo;
   bool evaluation = false;
+  /// false: decode every JPEG whole (loader-bench --full-decode measures what the reduced
+  /// decode saves).
+  bool reduced_decode = true;
 };
 
 /// An image folder: DIR/<class>/.../<image>. Classes are the subfolders of DIR in sorted (byte)

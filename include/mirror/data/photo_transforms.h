@@ -68,7 +68,7 @@ CropBox eval_crop_box(int height, int width, int resize, int out_h, int out_w);
 /// mirrored left-right when `flip`, each channel k written as value * scale[k] + bias[k].
 /// Bilinear (triangle filter) with half-pixel centres, its support widened by the scale factor
 /// when shrinking (antialiased, as PIL's and torchvision's antialias=True): one separable pass
-/// with precomputed weights, rows first.
+/// with precomputed weights (Note [Resample order]).
 void resample_to_chw(const std::uint8_t* pixels, int h, int w, int c, const CropBox& box,
                      int out_h, int out_w, bool flip, const float* scale, const float* bias,
                      float* dst);
