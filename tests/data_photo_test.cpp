@@ -356,6 +356,26 @@ TEST_F(PhotoFolder, EvaluationResizesAndCentreCropsAtAReducedScale) {
   EXPECT_EQ(spy->largest.load(), 2);
 }
 
+TEST_F(PhotoFolder, ATruncatedJpegIsABadSampleNamedOrReplaced) {
+  // Cut inside the image data: the header is read at load, the decode fails at the batch.
+  const fs::path victim = tmp_.path() / "a" / "0.jpg";
+  const auto bytes = encode_jpeg(waves(96, 128), 90);
+  test::write_bytes(victim, std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + bytes.size() / 2));
+  const auto ds = load_image_folder(tmp_.path().string(), options());
+  std::vector<float> out(3 * 32 * 32);
+  test::expect_data_error([&] { ds->decode_float_drawn(0, 1, 0, out.data()); },
+                          {"a/0.jpg", "corrupt or truncated JPEG", "(sample 0)"});
+  LoaderOptions lo;
+  lo.global_batch = 12;
+  lo.shuffle = false;
+  lo.skip_bad_samples = true;
+  const auto e = test::run_epochs(ds, 1, lo, 1);
+  EXPECT_EQ(e.ids[0], 1) << "sample 0 is replaced by the next good one";
+  EXPECT_EQ(std::vector<float>(e.inputs.begin(), e.inputs.begin() + 3 * 32 * 32),
+            std::vector<float>(e.inputs.begin() + 3 * 32 * 32, e.inputs.begin() + 2 * 3 * 32 * 32))
+      << "the replacement is drawn as sample 1 is";
+}
+
 TEST_F(PhotoFolder, RecipeNeedsASizeAndMatchingChannels) {
   ImageFolderOptions o = options();
   o.height = o.width = 0;
