@@ -54,6 +54,14 @@ void validate_data_files(const TrainConfig& c) {
   require(c.eval_resize >= 0 && c.eval_resize <= 32768 && c.eval_crop >= 0,
           "--eval-resize and --eval-crop must be pixels (1 to 32768)");
   require(c.eval_crop == 0 || c.eval_resize > 0, "--eval-crop goes with --eval-resize");
+  if (c.eval_resize > 0 && !c.image_size.empty()) {
+    // torchvision would pad a crop larger than the resized image with zeros; that is a mistake.
+    const auto [h, w] = c.parsed_image_size();
+    require(c.eval_resize >= std::max(h, w),
+            "--eval-resize " + std::to_string(c.eval_resize) +
+                " is smaller than the centre crop (--image-size " + c.image_size +
+                "): the short side must be at least the crop, e.g. --eval-resize 256 for 224");
+  }
   if (c.eval_crop > 0) {
     const auto [h, w] = c.parsed_image_size();
     require(c.eval_crop == h && c.eval_crop == w,

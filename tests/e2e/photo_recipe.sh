@@ -89,6 +89,7 @@ bad both 2 "give --augment or the photograph recipe's --crop/--flip, not both" -
 bad size 2 "give --image-size HEIGHT,WIDTH" --crop random-resized
 bad eval-crop 2 "--eval-crop 30 must be the model's input size" --eval-resize 32 --eval-crop 30 \
   --image-size 28,28
+bad eval-resize 2 "--eval-resize 20 is smaller than the centre crop" --eval-resize 20 --image-size 28,28
 timeout -k 5 60 "$train" --model cnn --data synthetic --devices cpu --no-progress --flip >rows.out 2>&1
 [ $? -eq 2 ] && grep -qF "apply to image folders (--train-images)" rows.out ||
   fail "--flip without image folders: $(tail -3 rows.out)"
