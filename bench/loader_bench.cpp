@@ -6,6 +6,9 @@
 // training. With --step-ms the consumer busy-works that long per batch, like a training step,
 // and "wait ms/step" (after the first batch) shows how much of the batch preparation the
 // prefetch hides; "first ms" is the wait for the first batch (epoch order + one batch).
+// With --images DIR, --image-size H,W and the photograph recipe's --crop, --flip and --normalize
+// (mirror-train's flags) measure the training input of photographs: bench/photos.sh compares it
+// with PyTorch's RandomResizedCrop pipeline on the same files.
 // --write-images DIR writes Fashion-MNIST as an image folder (one subfolder per class) and exits:
 // the files bench/image_folders.sh compares with PyTorch and tf.data.
 #include <boost/program_options.hpp>
@@ -25,6 +28,7 @@
 #include "mirror/data/image_folder.h"
 #include "mirror/data/loader.h"
 #include "mirror/data/npy.h"
+#include "mirror/data/photo_transforms.h"
 #include "mirror/data/synthetic.h"
 #include "mirror/data/words.h"
 #include "mirror/error.h"
@@ -116,8 +120,9 @@ void write_images(const NumericArray& x, const NumericArray& y, const fs::path& 
 /// npy-mmap, shards and images: Fashion-MNIST written under `work` once, then read back.
 std::shared_ptr<const Dataset> stored_dataset(const std::string& name, const fs::path& work,
                                               const std::string& data_dir,
-                                              const std::string& images) {
-  if (name == "images" && !images.empty()) return load_image_folder(images);
+                                              const std::string& images,
+                                              const ImageFolderOptions& image_options) {
+  if (name == "images" && !images.empty()) return load_image_folder(images, image_options);
   const fs::path marker = work / (name + ".done");
   if (!fs::exists(marker)) {
     const auto [x, y] = fashion_arrays(data_dir, Split::kTrain);
@@ -149,7 +154,8 @@ std::shared_ptr<const Dataset> stored_dataset(const std::string& name, const fs:
 
 std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::string& data_dir,
                                             const std::string& dict_dir, const fs::path& work,
-                                            const std::string& images) {
+                                            const std::string& images,
+                                            const ImageFolderOptions& image_options) {
   if (name == "fashion") return FashionMnist::load(data_dir, Split::kTrain, Layout::kNCHW);
   if (name == "fashion-rows") return FashionMnist::load(data_dir, Split::kTrain, Layout::kRows);
   if (name == "synthetic") return Synthetic::images(60000, 1);
@@ -159,7 +165,7 @@ std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::
     return WordLanguages::load(wo);
   }
   if (name == "npy-mmap" || name == "shards" || name == "images")
-    return stored_dataset(name, work, data_dir, images);
+    return stored_dataset(name, work, data_dir, images, image_options);
   return nullptr;
 }
 
@@ -168,6 +174,7 @@ std::shared_ptr<const Dataset> make_dataset(const std::string& name, const std::
 int main(int argc, char** argv) {
   po::options_description desc("loader-bench: input pipeline throughput");
   std::string datasets, data_dir, dict_dir, work_dir, images, write_dir, format, split;
+  std::string image_size, crop, normalize;
   std::int64_t batch = 0, limit = 0;
   int replicas = 1;
   double seconds = 0, step_ms = 0;
@@ -188,6 +195,14 @@ int main(int argc, char** argv) {
       "work-dir", po::value(&work_dir),
       "where npy-mmap, shards and images write Fashion-MNIST (default: a temporary folder)")(
       "images", po::value(&images), "the image folder the `images` dataset reads")(
+      "image-size", po::value(&image_size),
+      "with --images: HEIGHT,WIDTH of the samples (default: the first image's size)")(
+      "crop", po::value(&crop)->default_value("none"),
+      "with --images: none | random-resized[=MIN,MAX] (mirror-train --crop)")(
+      "flip", "with --images: mirror half the images (mirror-train --flip)")(
+      "full-decode", "with --images: decode every JPEG whole (no reduced-scale decode)")(
+      "normalize", po::value(&normalize)->default_value("none"),
+      "with --images: none | imagenet | MEAN,STD (mirror-train --normalize)")(
       "write-images", po::value(&write_dir),
       "write Fashion-MNIST as an image folder DIR/<class>/<n>.png|jpg and exit")(
       "format", po::value(&format)->default_value("png"), "with --write-images: png | jpeg | npy (x.npy, y.npy)")(
@@ -222,6 +237,18 @@ int main(int argc, char** argv) {
                 << format << " images into " << write_dir << "\n";
       return 0;
     }
+    ImageFolderOptions image_options;
+    if (!image_size.empty()) {
+      MIRROR_CHECK(std::sscanf(image_size.c_str(), "%d,%d", &image_options.height,
+                               &image_options.width) == 2 &&
+                       image_options.height > 0 && image_options.width > 0,
+                   mirror::InvalidArgument,
+                   "--image-size must be HEIGHT,WIDTH, got '" + image_size + "'");
+    }
+    parse_crop(crop, image_options.photo);
+    parse_normalize(normalize, image_options.photo);
+    image_options.photo.flip = vm.count("flip") > 0;
+    image_options.reduced_decode = vm.count("full-decode") == 0;
     if (own_work) {
       std::string tmpl = (fs::temp_directory_path() / "loader-bench-XXXXXX").string();
       MIRROR_CHECK(::mkdtemp(tmpl.data()) != nullptr, mirror::Error, "mkdtemp failed");
@@ -238,7 +265,7 @@ int main(int argc, char** argv) {
       LoaderOptions o;
       o.global_batch = batch;
       o.bucket_by_length = name == "words";
-      const auto ds = make_dataset(name, data_dir, dict_dir, work_dir, images);
+      const auto ds = make_dataset(name, data_dir, dict_dir, work_dir, images, image_options);
       if (!ds) {
         std::cerr << "error: unknown dataset '" << name << "'\n";
         return 2;

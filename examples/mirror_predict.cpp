@@ -65,7 +65,7 @@ mirror::Shape parse_shape(const std::string& text) {
 /// `raw`: uint8 arrays and images as stored, for a model that rescales its own input (Note [Raw
 /// values]).
 pr::Inputs read_inputs(const Flags& f, std::string& what, const pr::InputSpec& spec, bool raw,
-                       std::vector<std::string>& files) {
+                       std::vector<std::string>& files, const mirror::data::PhotoRecipe& photo) {
   const int given = !f.input.empty() + !f.input_csv.empty() + !f.input_tokens.empty() +
                     !f.input_images.empty();
   MIRROR_CHECK(given == 1, mirror::InvalidArgument,
@@ -76,7 +76,8 @@ pr::Inputs read_inputs(const Flags& f, std::string& what, const pr::InputSpec& s
                  "--input-shape does not apply to --input-images: images are resized to the "
                  "model's input");
     what = f.input_images.size() == 1 ? f.input_images.front() : "--input-images";
-    return pr::read_image_input(f.input_images, spec, files, raw);
+    // As the test split was: the checkpoint's --eval-resize and --normalize.
+    return pr::read_image_input(f.input_images, spec, files, raw, photo);
   }
   MIRROR_CHECK(f.label_column.empty() || !f.input_csv.empty(), mirror::InvalidArgument,
                "--label-column applies to --input-csv only");
@@ -138,7 +139,7 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     model = pr::build_model(ck, sel.devices.at(0), f.allow_extra_tensors);
     std::string what;
     const pr::InputSpec spec = pr::input_spec(model);
-    inputs = read_inputs(f, what, spec, ck.spec.reads_raw_values(), files);
+    inputs = read_inputs(f, what, spec, ck.spec.reads_raw_values(), files, ck.eval_transforms);
     pr::prepare_inputs(inputs, model, what,
                        f.input_shape.empty() ? mirror::Shape{} : parse_shape(f.input_shape),
                        f.input_shape);

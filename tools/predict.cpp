@@ -83,6 +83,18 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
       out.classes.push_back(n.get<std::string>());
     }
   }
+  if (const auto config = meta.find("mirror.config"); config != meta.end()) {
+    // Older checkpoints have no recipe; a recipe that no longer parses is a corrupt file.
+    const auto c = nlohmann::json::parse(config->second, nullptr, false);
+    try {
+      if (c.is_object() && c.contains("normalize") && c["normalize"].is_string())
+        data::parse_normalize(c["normalize"].get<std::string>(), out.eval_transforms);
+      if (c.is_object() && c.contains("eval_resize") && c["eval_resize"].is_number_integer())
+        out.eval_transforms.eval_resize = std::max(0, c["eval_resize"].get<int>());
+    } catch (const InvalidArgument& e) {
+      throw DataError(out.file.string() + ": metadata 'mirror.config': " + e.what());
+    }
+  }
   if (const auto step = meta.find("mirror.step"); step != meta.end()) {
     const std::string& text = step->second;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out.step);
@@ -208,7 +220,8 @@ Inputs array_input(const data::NumericArray& a, const std::string& path, bool sc
 }
 
 Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
-                        std::vector<std::string>& files, bool raw) {
+                        std::vector<std::string>& files, bool raw,
+                        const data::PhotoRecipe& transforms) {
   const Shape& s = spec.sample_shape;
   MIRROR_CHECK(!spec.tokens && s.size() == 3 && (s[0] == 1 || s[0] == 3) && s[1] > 0 && s[2] > 0,
                InvalidArgument,
@@ -221,6 +234,8 @@ Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& 
   o.color = s[0] == 1 ? data::ColorMode::kGrayscale : data::ColorMode::kRgb;
   o.check_threads = 4;
   o.scale_to_unit = !raw;  // Note [Raw values]: a Rescaling model takes 0..255
+  o.photo = transforms;
+  o.evaluation = true;
   const auto ds = data::load_image_files(paths, o);
   Inputs in;
   in.shape = {ds->size(), s[0], s[1], s[2]};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mirror/data/numeric_array.h"
+#include "mirror/data/photo_transforms.h"
 #include "mirror/nn/models.h"
 #include "mirror/train/checkpoint.h"
 
@@ -21,6 +22,9 @@ struct CheckpointModel {
   nn::ModelSpec spec;           // bound
   train::NamedTensors weights;  // parameters and buffers (no optimizer state)
   std::vector<std::string> classes;  // 'mirror.classes': an image folder's class names, or empty
+  /// The evaluation half of the photograph recipe the model was trained with ('mirror.config's
+  /// normalize and eval_resize): --input-images are transformed as its test split was.
+  data::PhotoRecipe eval_transforms;
 };
 
 /// Reads FILE, or the newest valid checkpoint of DIR (each corrupt one skipped is listed in the
@@ -65,9 +69,11 @@ Inputs read_csv_input(const std::string& path, const std::string& label_column);
 /// Images (files, or folders: every .jpg/.jpeg/.png below them, in sorted path order) decoded
 /// as mirror-train's image folders are, to the model's input: [C, H, W] with C 1 (grayscale) or
 /// 3 (RGB). `files` receives each sample's file. InvalidArgument when the model does not read
-/// images; DataError naming the file (and its index) for a bad image.
+/// images; DataError naming the file (and its index) for a bad image. `transforms`: the
+/// evaluation resize + centre crop and normalisation (CheckpointModel::eval_transforms).
 Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& spec,
-                        std::vector<std::string>& files, bool raw = false);
+                        std::vector<std::string>& files, bool raw = false,
+                        const data::PhotoRecipe& transforms = {});
 /// Writes "sample,class" lines: each row's arg-max class, named by `class_names` when it has
 /// one name per output; `names` (one per row, e.g. the image files) or the row index names the
 /// sample. One output is a binary head (Note [Binary heads]): class 1 when the output is above

@@ -62,6 +62,17 @@ po::options_description make_options() {
       "color", po::value<std::string>(),
       "auto | grayscale | rgb: image channels (default auto: the first image's mode)")(
       "decode", po::value<std::string>(), "cpu | gpu: where JPEGs are decoded (gpu: nvJPEG)")(
+      "crop", po::value<std::string>(),
+      "training crop of image folders: none | random-resized[=MIN,MAX] (torchvision's "
+      "RandomResizedCrop: area scale MIN..MAX, default 0.08,1, aspect 3/4..4/3, resized to "
+      "--image-size)")(
+      "flip", "mirror half the training images left-right (after the crop)")(
+      "normalize", po::value<std::string>(),
+      "none | imagenet | MEAN,STD or C means then C stds: (x - mean) / std per channel on "
+      "[0, 1] pixels, both splits")(
+      "eval-resize", po::value<int>(),
+      "test images: resize the short side to N pixels, then centre-crop to --image-size")(
+      "eval-crop", po::value<int>(), "the centre crop after --eval-resize (= --image-size)")(
       "data-workers", po::value<int>(),
       "loader threads per replica that decode and batch ahead of the step (default: cores / "
       "local replicas, 1 to 4)")(
@@ -181,6 +192,11 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("color", c.color);
   set("decode", c.decode);
   set("data-workers", c.data_workers);
+  set("crop", c.crop);
+  if (vm.count("flip")) c.flip = true;
+  set("normalize", c.normalize);
+  set("eval-resize", c.eval_resize);
+  set("eval-crop", c.eval_crop);
   if (vm.count("skip-bad-samples")) c.skip_bad_samples = true;
   set("data", c.data);
   set("data-dir", c.data_dir);

@@ -64,16 +64,20 @@ std::string to_string(const ImageAugment& a) {
   return s.empty() ? "none" : s;
 }
 
+std::mt19937_64 augment_rng(std::uint64_t seed, int epoch, std::int64_t sample) {
+  return std::mt19937_64(detail::splitmix64(
+      detail::splitmix64(seed ^ kAugmentSalt) ^
+      detail::splitmix64(static_cast<std::uint64_t>(epoch) ^
+                         detail::splitmix64(static_cast<std::uint64_t>(sample)))));
+}
+
 void augment_image(const ImageAugment& a, std::uint64_t seed, int epoch, std::int64_t sample,
                    const Shape& chw, float* pixels) {
   if (!a.enabled()) return;
   MIRROR_CHECK(chw.size() == 3 && chw[0] > 0 && chw[1] > a.crop_padding &&
                    chw[2] > a.crop_padding,
                InvalidArgument, "augment_image needs a [C, H, W] sample larger than the padding");
-  std::mt19937_64 rng(detail::splitmix64(
-      detail::splitmix64(seed ^ kAugmentSalt) ^
-      detail::splitmix64(static_cast<std::uint64_t>(epoch) ^
-                         detail::splitmix64(static_cast<std::uint64_t>(sample)))));
+  std::mt19937_64 rng = augment_rng(seed, epoch, sample);
   const auto span = static_cast<std::uint64_t>(2 * a.crop_padding + 1);
   // Offsets of the crop window in the padded image, minus the padding: the source pixel of
   // output (y, x) is (y + dy, x + dx).

@@ -175,7 +175,8 @@ struct TjHandle {
   }
 };
 
-DecodedImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& name) {
+DecodedImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& name,
+                         int denominator = 1) {
   const ImageHeader header = jpeg_header(bytes, name);
   thread_local TjHandle tj;
   MIRROR_CHECK(tj.h != nullptr, Error, "libjpeg-turbo: cannot create a decompressor");
@@ -187,6 +188,11 @@ DecodedImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string&
   if (tjDecompressHeader3(tj.h, bytes.data(), static_cast<unsigned long>(bytes.size()), &width,
                           &height, &subsamp, &colorspace) != 0)
     throw fail("header");
+  if (denominator > 1) {  // Note [Reduced decode]: TurboJPEG picks the factor from the size
+    const tjscalingfactor f{1, denominator};
+    width = TJSCALED(width, f);
+    height = TJSCALED(height, f);
+  }
   DecodedImage out;
   out.width = width;
   out.height = height;
@@ -213,6 +219,14 @@ class CpuImageDecoder final : public ImageDecoder {
       default:
         return read_image_header(bytes, name), DecodedImage{};  // throws: unknown format
     }
+  }  DecodedImage decode_reduced(std::span<const std::uint8_t> bytes, const std::string& name,
+                              int denominator) const override {
+    if (sniff_image(bytes) != ImageFormat::kJpeg) return decode(bytes, name);
+    MIRROR_CHECK(denominator == 1 || denominator == 2 || denominator == 4 || denominator == 8,
+                 InvalidArgument,
+                 "decode_reduced: denominator " + std::to_string(denominator) +
+                     " is not 1, 2, 4 or 8");
+    return decode_jpeg(bytes, name, denominator);
   }
 };
 

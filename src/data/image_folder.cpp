@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "mirror/data/augment.h"
 #include "mirror/data/idx.h"
 #include "mirror/error.h"
 
@@ -104,12 +106,14 @@ class ImageFiles : public Dataset {
     check_index(index);
     return labels_[static_cast<std::size_t>(index)];
   }
-  void decode_float(std::int64_t index, float* dst) const override;
+  void decode_float(std::int64_t index, float* dst) const override {
+    decode_float_drawn(index, 0, 0, dst);
+  }
+  void decode_float_drawn(std::int64_t index, std::uint64_t seed, int epoch,
+                          float* dst) const override;
   std::string describe() const override { return description_; }
   std::vector<std::string> notes() const override { return notes_; }
-  std::optional<double> input_bound() const override {
-    return options_.scale_to_unit ? 1.0 : 255.0;
-  }
+  std::optional<double> input_bound() const override;
   bool checks_at_batch() const override { return true; }
   std::vector<std::string> class_names() const override { return classes_; }
   std::string path(std::int64_t index) const {
@@ -120,6 +124,14 @@ class ImageFiles : public Dataset {
   }
 
  private:
+  /// The decoded file, or BadSample naming it.
+  DecodedImage decode_file(std::int64_t index, const std::string& file,
+                           std::span<const std::uint8_t> bytes, int denominator) const;
+  void check_not_bad(std::int64_t index) const {
+    if (auto it = bad_.find(index); it != bad_.end())
+      throw BadSample(it->second + " (sample " + std::to_string(index) + ")", index);
+  }
+  void decode_photo(std::int64_t index, std::uint64_t seed, int epoch, float* dst) const;
   void check_index(std::int64_t index) const {
     MIRROR_CHECK(index >= 0 && index < size(), InvalidArgument,
                  root_ + ": image index " + std::to_string(index) + " outside [0, " +
@@ -197,26 +209,148 @@ void ImageFiles::check_headers() {
                  " classes, " + (channels_ == 1 ? "grayscale " : "RGB ") +
                  std::to_string(height_) + "x" + std::to_string(width_) + ", decoded by " +
                  options_.decoder->name();
+  const PhotoRecipe& p = options_.photo;
+  if (!p.enabled()) return;
+  MIRROR_CHECK(options_.height > 0 && options_.width > 0, InvalidArgument,
+               "the photograph recipe (" + data::describe(p) +
+                   ") resizes to the model's input size: give --image-size HEIGHT,WIDTH");
+  MIRROR_CHECK(p.mean.empty() || options_.scale_to_unit, InvalidArgument,
+               "--normalize works on pixel values in [0, 1], but this model rescales 0..255 "
+               "input itself (Rescaling or Normalization first); drop --normalize or that layer");
+  check_normalize_channels(p, static_cast<int>(channels_));
+  // Each split names the part of the recipe it applies.
+  PhotoRecipe applied;
+  applied.mean = p.mean;
+  applied.std = p.std;
+  if (options_.evaluation) {
+    applied.eval_resize = p.eval_resize;
+  } else {
+    applied.random_resized_crop = p.random_resized_crop;
+    applied.scale_min = p.scale_min;
+    applied.scale_max = p.scale_max;
+    applied.flip = p.flip;
+  }
+  if (applied.enabled())
+    description_ += (options_.evaluation ? "; evaluated with " : "; photograph recipe: ") +
+                    data::describe(applied);
 }
 
-void ImageFiles::decode_float(std::int64_t index, float* dst) const {
-  const std::string file = path(index);
-  const std::string where = " (sample " + std::to_string(index) + ")";
-  if (auto it = bad_.find(index); it != bad_.end()) throw BadSample(it->second + where, index);
-  DecodedImage image;
-  try {
-    image = options_.decoder->decode(read_file_bytes(file), file);
-  } catch (const DataError& e) {
-    throw BadSample(e.what() + where, index);
+std::optional<double> ImageFiles::input_bound() const {
+  const double top = options_.scale_to_unit ? 1.0 : 255.0;
+  const PhotoRecipe& p = options_.photo;
+  double bound = top;
+  for (std::size_t k = 0; k < p.mean.size(); ++k) {
+    bound = k == 0 ? 0.0 : bound;
+    const double m = p.mean[k], sd = p.std[k];
+    bound = std::max({bound, std::fabs(m) / sd, std::fabs(top - m) / sd});
   }
+  return bound;
+}
+
+/// Wraps what fails in `f` as BadSample naming sample `index` (Note [Bad samples], loader.h).
+template <class F>
+auto bad_sample_on_error(std::int64_t index, F&& f) {
+  try {
+    return f();
+  } catch (const BadSample&) {
+    throw;
+  } catch (const DataError& e) {
+    throw BadSample(e.what() + std::string(" (sample ") + std::to_string(index) + ")", index);
+  }
+}
+
+DecodedImage ImageFiles::decode_file(std::int64_t index, const std::string& file,
+                                     std::span<const std::uint8_t> bytes, int denominator) const {
+  const std::string where = " (sample " + std::to_string(index) + ")";
+  DecodedImage image = bad_sample_on_error(
+      index, [&] { return options_.decoder->decode_reduced(bytes, file, denominator); });
   if (options_.color == ColorMode::kAuto && image.channels != source_channels_) {
     throw BadSample(file + " decodes as " + (image.channels == 1 ? "grayscale" : "RGB") +
                         " but the dataset is " + (source_channels_ == 1 ? "grayscale" : "RGB") +
                         ": an image of another mode; pass --color to convert" + where,
                     index);
   }
+  return image;
+}
+
+void ImageFiles::decode_float_drawn(std::int64_t index, std::uint64_t seed, int epoch,
+                                    float* dst) const {
+  check_not_bad(index);
+  if (options_.photo.enabled()) return decode_photo(index, seed, epoch, dst);
+  const std::string file = path(index);
+  const std::vector<std::uint8_t> bytes =
+      bad_sample_on_error(index, [&] { return read_file_bytes(file); });
+  const DecodedImage image = decode_file(index, file, bytes, 1);
   image_to_chw(image, static_cast<int>(channels_), static_cast<int>(height_),
                static_cast<int>(width_), dst, options_.scale_to_unit ? 255.0 : 1.0);
+}
+
+/// `image` with `channels` channels: ITU-R 601 luma or grey copied, as image_to_chw does.
+DecodedImage convert_channels(const DecodedImage& image, int channels) {
+  if (image.channels == channels) return image;
+  DecodedImage out{image.height, image.width, channels, {}};
+  const std::size_t n = static_cast<std::size_t>(image.height) * image.width;
+  out.pixels.resize(n * static_cast<std::size_t>(channels));
+  const std::uint8_t* src = image.pixels.data();
+  for (std::size_t p = 0; p < n; ++p) {
+    if (channels == 1) {
+      const unsigned v = 299u * src[p * 3] + 587u * src[p * 3 + 1] + 114u * src[p * 3 + 2];
+      out.pixels[p] = static_cast<std::uint8_t>((v + 500) / 1000);
+    } else {
+      for (int k = 0; k < 3; ++k) out.pixels[p * 3 + k] = src[p];
+    }
+  }
+  return out;
+}
+
+/// Note [Reduced decode]: the largest denominator (8, 4, 2) at which the crop still has at least
+/// the output's pixels along both axes, so the resample still shrinks (or keeps) the image and
+/// nothing the output could show is lost; 1 when the crop is already smaller.
+int reduced_denominator(const CropBox& box, int out_h, int out_w) {
+  for (int d : {8, 4, 2})
+    if (box.height / d >= out_h && box.width / d >= out_w) return d;
+  return 1;
+}
+
+void ImageFiles::decode_photo(std::int64_t index, std::uint64_t seed, int epoch,
+                              float* dst) const {
+  const std::string file = path(index);
+  const std::vector<std::uint8_t> bytes =
+      bad_sample_on_error(index, [&] { return read_file_bytes(file); });
+  const ImageHeader header =
+      bad_sample_on_error(index, [&] { return read_image_header(bytes, file); });
+  const int out_h = static_cast<int>(height_), out_w = static_cast<int>(width_);
+  const PhotoRecipe& p = options_.photo;
+  CropBox box = eval_crop_box(header.height, header.width, options_.evaluation ? p.eval_resize : 0,
+                              out_h, out_w);
+  bool flip = false;
+  if (!options_.evaluation && p.training_random()) {
+    std::mt19937_64 rng = augment_rng(seed, epoch, index);  // Note [Augmentation draws]
+    if (p.random_resized_crop) box = random_resized_crop(header.height, header.width, p, rng);
+    flip = p.flip && (rng() >> 63) != 0;
+  }
+  const int denominator =
+      header.format == ImageFormat::kJpeg && options_.reduced_decode
+          ? reduced_denominator(box, out_h, out_w)
+          : 1;
+  DecodedImage image = decode_file(index, file, bytes, denominator);
+  if (image.width != header.width || image.height != header.height) {
+    // A reduced decode: pixel i covers source pixels [i * d, i * d + d).
+    const double f = 1.0 / denominator;
+    box = {box.top * f, box.left * f, box.height * f, box.width * f};
+  }
+  if (image.channels != channels_) image = convert_channels(image, static_cast<int>(channels_));
+  // value / divisor, then (x - mean) / std: one multiply-add per channel.
+  const double divisor = options_.scale_to_unit ? 255.0 : 1.0;
+  float scale[3], bias[3];
+  for (int k = 0; k < channels_; ++k) {
+    const std::size_t at = p.mean.size() > 1 ? static_cast<std::size_t>(k) : 0;
+    const double mean = p.mean.empty() ? 0.0 : p.mean[at], sd = p.std.empty() ? 1.0 : p.std[at];
+    scale[k] = static_cast<float>(1.0 / (divisor * sd));
+    bias[k] = static_cast<float>(-mean / sd);
+  }
+  resample_to_chw(image.pixels.data(), image.height, image.width, image.channels, box, out_h,
+                  out_w, flip, scale, bias, dst);
 }
 
 std::string ignored_note(std::int64_t ignored, const std::string& example) {

@@ -235,7 +235,7 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
     auto* dst = batch.inputs.data<float>();
     for (std::int64_t j = 0; j < b; ++j) {
       if (ids[j] >= 0) {
-        decode_or_replace(ids[j], dst + j * per);
+        decode_or_replace(ids[j], batch.epoch, dst + j * per);
         augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
       } else {
         std::memset(dst + j * per, 0, sizeof(float) * per);
@@ -267,12 +267,12 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
   }
 }
 
-void Loader::decode_or_replace(std::int64_t& id, float* dst) const {
+void Loader::decode_or_replace(std::int64_t& id, int epoch, float* dst) const {
   const Dataset& ds = *dataset_;
   const std::int64_t n = ds.size();
   for (std::int64_t tries = 0;; ++tries) {
     try {
-      ds.decode_float(id, dst);
+      ds.decode_float_drawn(id, options_.seed, epoch, dst);
       return;
     } catch (const BadSample& e) {
       if (!options_.skip_bad_samples) throw;

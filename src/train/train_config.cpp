@@ -8,6 +8,7 @@
 
 #include "mirror/data/augment.h"
 #include "mirror/data/image_folder.h"
+#include "mirror/data/photo_transforms.h"
 #include "mirror/error.h"
 #include "mirror/json_input.h"
 #include "mirror/memory.h"
@@ -41,6 +42,33 @@ void validate_data_files(const TrainConfig& c) {
   require(images || (c.image_size.empty() && c.color == "auto" && c.decode == "cpu"),
           "--image-size, --color and --decode apply to image folders (--train-images)");
   c.parsed_image_size();  // throws for bad text
+  const data::PhotoRecipe photo = c.parsed_photo_recipe();
+  require(images || !photo.enabled(),
+          "--crop, --flip, --normalize and --eval-resize apply to image folders (--train-images)");
+  require(!photo.enabled() || !c.image_size.empty(),
+          "the photograph recipe (" + data::describe(photo) +
+              ") resizes to the model's input size: give --image-size HEIGHT,WIDTH");
+  require(!photo.training_random() || c.augment == "none",
+          "give --augment or the photograph recipe's --crop/--flip, not both (--augment " +
+              c.augment + ")");
+  require(c.eval_resize >= 0 && c.eval_resize <= 32768 && c.eval_crop >= 0,
+          "--eval-resize and --eval-crop must be pixels (1 to 32768)");
+  require(c.eval_crop == 0 || c.eval_resize > 0, "--eval-crop goes with --eval-resize");
+  if (c.eval_resize > 0 && !c.image_size.empty()) {
+    // torchvision would pad a crop larger than the resized image with zeros; that is a mistake.
+    const auto [h, w] = c.parsed_image_size();
+    require(c.eval_resize >= std::max(h, w),
+            "--eval-resize " + std::to_string(c.eval_resize) +
+                " is smaller than the centre crop (--image-size " + c.image_size +
+                "): the short side must be at least the crop, e.g. --eval-resize 256 for 224");
+  }
+  if (c.eval_crop > 0) {
+    const auto [h, w] = c.parsed_image_size();
+    require(c.eval_crop == h && c.eval_crop == w,
+            "--eval-crop " + std::to_string(c.eval_crop) +
+                " must be the model's input size (--image-size " + c.image_size +
+                "): the centre crop is what the model reads");
+  }
   data::parse_color_mode(c.color);
   data::parse_decode_device(c.decode);
   require(c.data_workers >= 0 && c.data_workers <= 64,
@@ -115,6 +143,15 @@ std::pair<int, int> TrainConfig::parsed_image_size() const {
   return {h, w};
 }
 
+data::PhotoRecipe TrainConfig::parsed_photo_recipe() const {
+  data::PhotoRecipe r;
+  data::parse_crop(crop, r);
+  data::parse_normalize(normalize, r);
+  r.flip = flip;
+  r.eval_resize = eval_resize;
+  return r;
+}
+
 std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   std::vector<std::int64_t> dims;
   if (input_shape.empty()) return dims;
@@ -151,7 +188,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
   X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment) X(comm) X(train_images)    \
   X(test_images) X(image_size) X(color) X(decode) X(data_workers) X(skip_bad_samples)         \
-  X(init_weights)
+  X(init_weights) X(crop) X(flip) X(normalize) X(eval_resize) X(eval_crop)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {

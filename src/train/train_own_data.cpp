@@ -28,6 +28,8 @@ struct SplitFiles {
 std::shared_ptr<const data::Dataset> load_images(const TrainConfig& c, const std::string& dir,
                                                  std::vector<std::string> class_names, bool raw) {
   data::ImageFolderOptions o;
+  o.photo = c.parsed_photo_recipe();
+  o.evaluation = !class_names.empty();  // the test split takes the training classes
   o.scale_to_unit = !raw;  // Note [Raw values] (models.h): a Rescaling model takes 0..255
   std::tie(o.height, o.width) = c.parsed_image_size();
   o.color = data::parse_color_mode(c.color);

@@ -387,6 +387,18 @@ std::vector<std::string> Trainer::Impl::config_changes(const Metadata& m) const 
               ? stored["augment"].get<std::string>()
               : "none",
           config.augment);
+  // The photograph recipe changes what the weights were trained on (older checkpoints: none).
+  auto recorded = [&](const char* key, const std::string& absent) {
+    return stored.contains(key) && stored[key].is_string() ? stored[key].get<std::string>()
+                                                           : absent;
+  };
+  differs("crop", recorded("crop", "none"), config.crop);
+  differs("flip",
+          stored.contains("flip") && stored["flip"].is_boolean() && stored["flip"].get<bool>()
+              ? "on"
+              : "off",
+          config.flip ? "on" : "off");
+  differs("normalize", recorded("normalize", "none"), config.normalize);
   if (stored.contains("lr")) {
     MIRROR_CHECK(
         stored["lr"].is_number(), DataError,

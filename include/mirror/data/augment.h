@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -41,5 +42,10 @@ std::string to_string(const ImageAugment& augment);
 /// and crop_padding must be below H and W (the Loader checks both with a clear error).
 void augment_image(const ImageAugment& augment, std::uint64_t seed, int epoch,
                    std::int64_t sample, const Shape& chw, float* pixels);
+
+/// The random stream of (seed, epoch, sample) that augment_image draws from; the photograph
+/// recipe (photo_transforms.h) draws its crops and flips from the same stream, so they share
+/// Note [Augmentation draws].
+std::mt19937_64 augment_rng(std::uint64_t seed, int epoch, std::int64_t sample);
 
 }  // namespace mirror::data

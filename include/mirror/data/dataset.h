@@ -70,6 +70,15 @@ class Dataset {
 
   /// Float data: writes shape_numel(sample_shape()) values to dst.
   virtual void decode_float(std::int64_t index, float* dst) const;
+  /// decode_float as epoch `epoch` of a run seeded `seed` sees the sample: data whose transform
+  /// is drawn per sample (image folders with --crop random-resized or --flip) draws it here
+  /// (Note [Augmentation draws], augment.h); other data ignores seed and epoch.
+  virtual void decode_float_drawn(std::int64_t index, std::uint64_t seed, int epoch,
+                                  float* dst) const {
+    (void)seed;
+    (void)epoch;
+    decode_float(index, dst);
+  }
   /// Token data: writes `steps` ids to dst (steps >= length(index)); ids past the length are 0
   /// (the padding id).
   virtual void decode_tokens(std::int64_t index, std::int32_t* dst, std::int32_t steps) const;

@@ -48,6 +48,15 @@ class ImageDecoder {
   /// part would be filled with grey) or an unsupported mode.
   virtual DecodedImage decode(std::span<const std::uint8_t> bytes,
                               const std::string& name) const = 0;
+  /// Note [Reduced decode]: the image at 1/`denominator` of its size (2, 4 or 8; each side
+  /// ceil(side / denominator)), which a JPEG decoder computes from the low frequencies of each
+  /// block, several times faster than the whole image. A PNG, denominator 1, or a decoder that
+  /// cannot scale returns the whole image: the result's size says which.
+  virtual DecodedImage decode_reduced(std::span<const std::uint8_t> bytes,
+                                      const std::string& name, int denominator) const {
+    (void)denominator;
+    return decode(bytes, name);
+  }
 };
 
 /// libjpeg-turbo for JPEG, libpng for PNG (8- and 16-bit, grey, RGB, palette; 16-bit is cut to

@@ -9,6 +9,7 @@
 
 #include "mirror/data/dataset.h"
 #include "mirror/data/image_decode.h"
+#include "mirror/data/photo_transforms.h"
 
 namespace mirror::data {
 
@@ -32,6 +33,15 @@ struct ImageFolderOptions {
   /// Pixels divided by 255 (values in [0, 1]); false: 0..255 as stored, what a model that starts
   /// with Keras's Rescaling or Normalization reads (Note [Raw values], nn/models.h).
   bool scale_to_unit = true;
+  /// The photograph recipe (photo_transforms.h): the training split crops and flips at random
+  /// (decode_float_drawn), the test split (`evaluation`) resizes and centre-crops; both
+  /// normalise. Needs height and width. JPEGs are decoded at a reduced scale when the crop
+  /// still covers the output size at that scale (Note [Reduced decode], image_decode.h).
+  PhotoRecipe photo;
+  bool evaluation = false;
+  /// false: decode every JPEG whole (loader-bench --full-decode measures what the reduced
+  /// decode saves).
+  bool reduced_decode = true;
 };
 
 /// An image folder: DIR/<class>/.../<image>. Classes are the subfolders of DIR in sorted (byte)

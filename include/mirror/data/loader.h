@@ -137,8 +137,8 @@ class Loader {
   std::shared_ptr<const EpochOrder> order_for(int epoch) const;
   void fill_samples(Batch& batch, const EpochOrder& order, std::int64_t step) const;
   /// Decodes sample ids[j] into dst, replacing it (and ids[j]) by the next good sample when it
-  /// is bad and skip_bad_samples is set.
-  void decode_or_replace(std::int64_t& id, float* dst) const;
+  /// is bad and skip_bad_samples is set. Random transforms are drawn for `epoch`.
+  void decode_or_replace(std::int64_t& id, int epoch, float* dst) const;
   void worker_loop();
   void stop_workers();
 

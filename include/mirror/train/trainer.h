@@ -16,6 +16,7 @@
 
 #include "mirror/data/dataset.h"
 #include "mirror/data/numeric_array.h"
+#include "mirror/data/photo_transforms.h"
 #include "mirror/distributed/strategy.h"
 #include "mirror/error.h"
 #include "mirror/train/checkpoint.h"
@@ -55,6 +56,13 @@ struct TrainConfig {
   std::string color = "auto";  // auto | grayscale | rgb
   std::string decode = "cpu";  // cpu | gpu (JPEG through nvJPEG)
   int data_workers = 0;        // loader threads per replica (0: cores / local replicas, 1..4)
+  // The photograph recipe (mirror/data/photo_transforms.h): training crops and flips, the
+  // normalisation of both splits, and the evaluation resize + centre crop.
+  std::string crop = "none";       // none | random-resized[=MIN,MAX]
+  bool flip = false;               // horizontal flip, p = 0.5
+  std::string normalize = "none";  // none | imagenet | MEAN,STD lists
+  int eval_resize = 0;             // the test split's short side before the centre crop
+  int eval_crop = 0;               // the centre crop: must be --image-size (0: --image-size)
   // Replace a sample that cannot be decoded by the next good one (Note [Bad samples], loader.h)
   bool skip_bad_samples = false;
   // Use N samples drawn by a permutation seeded from `seed` (0 = all); see Note [Data limits].
@@ -115,6 +123,8 @@ struct TrainConfig {
   std::vector<std::int64_t> parsed_input_shape() const;
   /// --image-size as {height, width} ({0, 0} when not given); InvalidArgument for bad text.
   std::pair<int, int> parsed_image_size() const;
+  /// --crop, --flip, --normalize and --eval-resize as a recipe; InvalidArgument for bad text.
+  data::PhotoRecipe parsed_photo_recipe() const;
 
   nlohmann::json to_json() const;
   /// Unknown keys and wrong types are InvalidArgument naming the key.

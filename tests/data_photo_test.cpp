@@ -1,0 +1,393 @@
+// The photograph recipe: flag syntax and its errors, the random resized crop's geometry
+// (deterministic from seed, epoch and sample; inside the image; torchvision's fallback), the
+// evaluation resize + centre crop, flip and normalisation in the resample, the reduced-scale JPEG
+// decode against the full one, and image folders served by the Loader with the recipe (the same
+// batches for 1 and 2 replicas, resume repeats the crops).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cmath>
+#include <filesystem>
+#include <numbers>
+
+#include "data_test_util.h"
+#include "loader_test_util.h"
+#include "mirror/data/augment.h"
+#include "mirror/data/image_decode.h"
+#include "mirror/data/image_folder.h"
+#include "mirror/data/loader.h"
+#include "mirror/data/photo_transforms.h"
+#include "temp_dir.h"
+
+namespace mirror::data {
+namespace {
+namespace fs = std::filesystem;
+
+void expect_invalid(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "expected InvalidArgument with '" << part << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(PhotoRecipe, ParsesFlagsAndNamesBadOnes) {
+  PhotoRecipe r;
+  parse_crop("random-resized", r);
+  EXPECT_TRUE(r.random_resized_crop);
+  EXPECT_EQ(r.scale_min, 0.08);
+  EXPECT_EQ(r.scale_max, 1.0);
+  parse_crop("random-resized=0.25,0.5", r);
+  EXPECT_EQ(r.scale_min, 0.25);
+  EXPECT_EQ(r.scale_max, 0.5);
+  parse_crop("none", r);
+  EXPECT_FALSE(r.random_resized_crop);
+  expect_invalid([&] { parse_crop("random-resized=0.9,0.2", r); }, "scale_min 0.9 > scale_max 0.2");
+  expect_invalid([&] { parse_crop("random-resized=0,1", r); }, "in (0, 1]");
+  expect_invalid([&] { parse_crop("random-resized=0.5", r); }, "two numbers MIN,MAX");
+  expect_invalid([&] { parse_crop("center", r); }, "--crop 'center': unknown crop");
+
+  parse_normalize("imagenet", r);
+  EXPECT_EQ(r.mean, (std::vector<float>{0.485f, 0.456f, 0.406f}));
+  EXPECT_EQ(r.std, (std::vector<float>{0.229f, 0.224f, 0.225f}));
+  parse_normalize("0.5,0.25", r);
+  EXPECT_EQ(r.mean, std::vector<float>{0.5f});
+  EXPECT_EQ(r.std, std::vector<float>{0.25f});
+  check_normalize_channels(r, 3);  // one pair: every channel
+  parse_normalize("0.1,0.2,0.3,0.4", r);
+  EXPECT_EQ(r.mean, (std::vector<float>{0.1f, 0.2f}));
+  expect_invalid([&] { check_normalize_channels(r, 3); }, "gives 2 means and stds but the images have 3");
+  expect_invalid([&] { parse_normalize("0.1,0.2,0.3", r); }, "an odd count");
+  expect_invalid([&] { parse_normalize("0.5,0", r); }, "std 0 is not positive");
+  expect_invalid([&] { parse_normalize("mean", r); }, "not a list of numbers");
+}
+
+TEST(PhotoRecipe, RandomResizedCropIsDrawnFromSeedEpochAndSample) {
+  PhotoRecipe r;
+  r.random_resized_crop = true;
+  const int H = 375, W = 500;
+  int distinct = 0;
+  CropBox previous;
+  for (std::int64_t sample = 0; sample < 500; ++sample) {
+    auto rng = augment_rng(7, 2, sample);
+    const CropBox b = random_resized_crop(H, W, r, rng);
+    auto again = augment_rng(7, 2, sample);
+    const CropBox c = random_resized_crop(H, W, r, again);
+    EXPECT_EQ(b.top, c.top);
+    EXPECT_EQ(b.left, c.left);
+    EXPECT_EQ(b.height, c.height);
+    EXPECT_EQ(b.width, c.width);
+    // Whole pixels inside the image.
+    EXPECT_EQ(b.top, std::floor(b.top));
+    EXPECT_GE(b.top, 0);
+    EXPECT_GE(b.left, 0);
+    EXPECT_GE(b.height, 1);
+    EXPECT_GE(b.width, 1);
+    EXPECT_LE(b.top + b.height, H);
+    EXPECT_LE(b.left + b.width, W);
+    // Area and aspect within the ranges, up to the rounding of each side to whole pixels
+    // (w, h = round(sqrt(area * aspect)), round(sqrt(area / aspect)): each off by <= 0.5), or
+    // the fallback (the whole image: 500/375 is inside 3/4..4/3).
+    const bool fallback = b.height == H && b.width == W;
+    if (!fallback) {
+      // With w, h the rounded sides of sqrt(T a), sqrt(T / a): w h >= T - (w + h) / 2 - 1/4,
+      // and w / h within a -+ (a / 2 + 1/2) / h for a in [3/4, 4/3].
+      const double area = b.height * b.width, full = static_cast<double>(H) * W;
+      EXPECT_GE(area, 0.08 * full - (b.height + b.width) / 2 - 0.25) << sample;
+      EXPECT_LE(area, full);
+      EXPECT_GE(b.width / b.height, 0.75 - 0.875 / b.height) << sample;
+      EXPECT_LE(b.width / b.height, 4.0 / 3 + (7.0 / 6) / b.height) << sample;
+    }
+    if (sample > 0 && (b.top != previous.top || b.width != previous.width)) ++distinct;
+    previous = b;
+  }
+  EXPECT_GT(distinct, 450) << "the crops barely change from sample to sample";
+  // Another epoch draws another crop for the same sample.
+  auto e2 = augment_rng(7, 2, 3), e3 = augment_rng(7, 3, 3);
+  const CropBox a = random_resized_crop(H, W, r, e2), b = random_resized_crop(H, W, r, e3);
+  EXPECT_FALSE(a.top == b.top && a.left == b.left && a.height == b.height);
+}
+
+TEST(PhotoRecipe, FallsBackToTheCentreCropClampedToTheAspectRange) {
+  // No crop of at least 90% of a 10 x 500 strip's area has an aspect within 3/4..4/3: all ten
+  // attempts miss; the fallback keeps the height and cuts the width to 10 * 4/3 = 13.33 -> 13,
+  // centred at (500 - 13) / 2 = 243 (floor).
+  PhotoRecipe r;
+  r.random_resized_crop = true;
+  r.scale_min = 0.9;
+  for (std::int64_t sample = 0; sample < 20; ++sample) {
+    auto rng = augment_rng(1, 0, sample);
+    const CropBox b = random_resized_crop(10, 500, r, rng);
+    EXPECT_EQ(b.top, 0);
+    EXPECT_EQ(b.height, 10);
+    EXPECT_EQ(b.width, 13);
+    EXPECT_EQ(b.left, 243);
+  }
+  auto tall = augment_rng(1, 0, 0);
+  const CropBox t = random_resized_crop(500, 10, r, tall);  // width 10, height 10 / (3/4) = 13
+  EXPECT_EQ(t.width, 10);
+  EXPECT_EQ(t.height, 13);
+  EXPECT_EQ(t.top, 243);
+}
+
+TEST(PhotoRecipe, EvalResizeThenCentreCropAsTorchvision) {
+  // 375 x 500 -> Resize(256): 256 x int(256 * 500 / 375) = 256 x 341; CenterCrop(224): the
+  // corner round(16) = 16, round(58.5) = 58 (half to even, as Python).
+  const CropBox b = eval_crop_box(375, 500, 256, 224, 224);
+  const double sy = 375.0 / 256, sx = 500.0 / 341;
+  EXPECT_DOUBLE_EQ(b.top, 16 * sy);
+  EXPECT_DOUBLE_EQ(b.left, 58 * sx);
+  EXPECT_DOUBLE_EQ(b.height, 224 * sy);
+  EXPECT_DOUBLE_EQ(b.width, 224 * sx);
+  const CropBox whole = eval_crop_box(375, 500, 0, 224, 224);
+  EXPECT_EQ(whole.height, 375);
+  EXPECT_EQ(whole.width, 500);
+}
+
+TEST(PhotoRecipe, ResampleCopiesFlipsNormalisesAndAntialiases) {
+  const int h = 6, w = 8, c = 3;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(h * w * c));
+  for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  const float one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+  std::vector<float> out(static_cast<std::size_t>(h * w * c)), flipped(out.size());
+  const CropBox all{0, 0, h, w};
+  resample_to_chw(px.data(), h, w, c, all, h, w, false, one, zero, out.data());
+  resample_to_chw(px.data(), h, w, c, all, h, w, true, one, zero, flipped.data());
+  for (int k = 0; k < c; ++k)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        const float v = px[static_cast<std::size_t>((y * w + x) * c + k)];
+        EXPECT_EQ(out[static_cast<std::size_t>((k * h + y) * w + x)], v);
+        EXPECT_EQ(flipped[static_cast<std::size_t>((k * h + y) * w + (w - 1 - x))], v);
+      }
+  // A crop at whole pixels without scaling copies the window; normalisation is x * scale + bias.
+  const float scale[3] = {1 / (255 * 0.5f), 1 / (255 * 0.25f), 1 / 255.0f};
+  const float bias[3] = {-1, -2, 0};
+  std::vector<float> win(2 * 3 * 3);
+  resample_to_chw(px.data(), h, w, c, {2, 4, 2, 3}, 2, 3, false, scale, bias, win.data());
+  for (int k = 0; k < c; ++k)
+    for (int y = 0; y < 2; ++y)
+      for (int x = 0; x < 3; ++x) {
+        const float v = px[static_cast<std::size_t>(((y + 2) * w + x + 4) * c + k)];
+        EXPECT_NEAR(win[static_cast<std::size_t>((k * 2 + y) * 3 + x)], v * scale[k] + bias[k], 1e-5);
+      }
+  // Shrinking alternating black and white columns 4x: an antialiased filter sees grey (plain
+  // bilinear would read two neighbouring columns and alias to stripes).
+  const int sw = 64;
+  std::vector<std::uint8_t> stripes(static_cast<std::size_t>(4 * sw));
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < sw; ++x) stripes[static_cast<std::size_t>(y * sw + x)] = x % 2 ? 255 : 0;
+  std::vector<float> small(static_cast<std::size_t>(sw / 4));
+  resample_to_chw(stripes.data(), 4, sw, 1, {0, 0, 4, sw}, 1, sw / 4, false, one, zero, small.data());
+  for (int x = 1; x + 1 < sw / 4; ++x) EXPECT_NEAR(small[static_cast<std::size_t>(x)], 127.5, 1.0) << x;
+}
+
+/// A smooth photograph stand-in: two sinusoids per channel, amplitude A, periods P pixels.
+DecodedImage waves(int h, int w) {
+  DecodedImage im{h, w, 3, std::vector<std::uint8_t>(static_cast<std::size_t>(h * w * 3))};
+  const double tau = 2 * std::numbers::pi;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < 3; ++k) {
+        const double v = 128 + 60 * std::sin(tau * x / (64 + 8 * k)) + 40 * std::cos(tau * y / 48.0);
+        im.pixels[static_cast<std::size_t>((y * w + x) * 3 + k)] = static_cast<std::uint8_t>(std::lround(v));
+      }
+  return im;
+}
+
+/// How far libjpeg's 1/d decode of one 8-pixel block row `f` is from the means of its d-pixel
+/// groups: the scaled IDCT is the (8/d)-point inverse DCT of the block's first 8/d DCT
+/// coefficients times sqrt(1/d) (libjpeg's jidctred.c / jidctint.c), a linear map we can apply
+/// exactly here.
+double truncation_error(int d, const std::array<double, 8>& f) {
+  const int m = 8 / d;
+  auto alpha = [](int k, int n) { return std::sqrt((k == 0 ? 1.0 : 2.0) / n); };
+  std::vector<double> coef(static_cast<std::size_t>(m));
+  for (int k = 0; k < m; ++k) {
+    double sum = 0;
+    for (int i = 0; i < 8; ++i) sum += f[static_cast<std::size_t>(i)] * std::cos(std::numbers::pi * (2 * i + 1) * k / 16.0);
+    coef[static_cast<std::size_t>(k)] = alpha(k, 8) * sum * std::sqrt(1.0 / d);
+  }
+  double worst = 0;
+  for (int j = 0; j < m; ++j) {
+    double y = 0, mean = 0;
+    for (int k = 0; k < m; ++k)
+      y += alpha(k, m) * coef[static_cast<std::size_t>(k)] * std::cos(std::numbers::pi * (2 * j + 1) * k / (2.0 * m));
+    for (int i = 0; i < d; ++i) mean += f[static_cast<std::size_t>(j * d + i)] / d;
+    worst = std::max(worst, std::fabs(y - mean));
+  }
+  return worst;
+}
+
+TEST(PhotoRecipe, ReducedScaleDecodeMatchesTheFullDecodeWithinTheDerivedBound) {
+  const auto jpg = encode_jpeg(waves(384, 512), 100);
+  const auto decoder = cpu_image_decoder();
+  const DecodedImage full = decoder->decode(jpg, "w.jpg");
+  const float one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+  const CropBox box{24, 40, 320, 320};  // -> 64 x 64: 5 source pixels per output pixel
+  std::vector<float> a(3 * 64 * 64), b(a.size());
+  resample_to_chw(full.pixels.data(), full.height, full.width, 3, box, 64, 64, false, one, zero, a.data());
+  // The image's slopes and curvatures (levels per pixel): 60 sin(2 pi x / 64) and
+  // 40 cos(2 pi y / 48) at their steepest channel.
+  const double slope = 60 * 2 * std::numbers::pi / 64 + 40 * 2 * std::numbers::pi / 48;
+  const double curve = 60 * std::pow(2 * std::numbers::pi / 64, 2) + 40 * std::pow(2 * std::numbers::pi / 48, 2);
+  for (int d : {2, 4}) {
+    const DecodedImage reduced = decoder->decode_reduced(jpg, "w.jpg", d);
+    ASSERT_EQ(reduced.height, 384 / d);
+    ASSERT_EQ(reduced.width, 512 / d);
+    const CropBox scaled{box.top / d, box.left / d, box.height / d, box.width / d};
+    resample_to_chw(reduced.pixels.data(), reduced.height, reduced.width, 3, scaled, 64, 64, false,
+                    one, zero, b.data());
+    // The bound, in levels, by a second-order Taylor expansion per axis:
+    //  - the reduced decode of a block is its d-pixel means up to the DCT truncation, whose
+    //    error on a unit ramp and on a unit-curvature parabola (x - 3.5)^2 / 2 is computed
+    //    exactly by truncation_error (0.10 and 0.23 for d = 2; 0.28 and 0 for d = 4);
+    //  - taking d-pixel means before the (symmetric, same-centred) resample adds a variance of
+    //    d^2 / 12 per axis to its kernel, which moves a value by (d^2 / 12) / 2 times the
+    //    curvature;
+    //  - plus half a level of rounding in each decode and half a level of quantisation error at
+    //    quality 100.
+    std::array<double, 8> ramp{}, parabola{};
+    for (int i = 0; i < 8; ++i) {
+      ramp[static_cast<std::size_t>(i)] = i;
+      parabola[static_cast<std::size_t>(i)] = (i - 3.5) * (i - 3.5) / 2;
+    }
+    const double bound = truncation_error(d, ramp) * slope + truncation_error(d, parabola) * curve +
+                         (d * d / 12.0) / 2 * curve + 0.5 + 0.5 + 0.5;
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
+    EXPECT_LE(worst, bound) << "1/" << d << " scale";
+    EXPECT_GT(worst, 0) << "1/" << d << ": no reduced decode happened";
+    std::printf("1/%d scale: largest difference %.2f levels, bound %.2f\n", d, worst, bound);
+  }
+  // PNG has no reduced decode: the whole image comes back.
+  const DecodedImage png = decoder->decode_reduced(encode_png(waves(16, 16)), "w.png", 4);
+  EXPECT_EQ(png.height, 16);
+}
+
+/// Records the denominators asked of the CPU decoder.
+class SpyDecoder final : public ImageDecoder {
+ public:
+  std::string name() const override { return "spy"; }
+  DecodedImage decode(std::span<const std::uint8_t> bytes, const std::string& n) const override {
+    return cpu_image_decoder()->decode(bytes, n);
+  }
+  DecodedImage decode_reduced(std::span<const std::uint8_t> bytes, const std::string& n,
+                              int d) const override {
+    largest = std::max(largest.load(), d);
+    return cpu_image_decoder()->decode_reduced(bytes, n, d);
+  }
+  mutable std::atomic<int> largest{0};
+};
+
+class PhotoFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 12; ++i) {
+      DecodedImage im = waves(96 + 8 * (i % 3), 128);
+      for (std::size_t p = 0; p < im.pixels.size(); p += 3) im.pixels[p] = static_cast<std::uint8_t>(i * 20);
+      const fs::path path = tmp_.path() / (i % 2 ? "b" : "a") / (std::to_string(i) + ".jpg");
+      fs::create_directories(path.parent_path());
+      test::write_bytes(path, encode_jpeg(im, 90));
+    }
+  }
+  ImageFolderOptions options() const {
+    ImageFolderOptions o;
+    o.height = o.width = 32;
+    parse_crop("random-resized", o.photo);
+    parse_normalize("imagenet", o.photo);
+    o.photo.flip = true;
+    o.photo.eval_resize = 36;
+    return o;
+  }
+  testing_util::TempDir tmp_{"mirror-photos"};
+};
+
+TEST_F(PhotoFolder, SameBatchesForEveryReplicaCountAndResumeRepeatsTheCrops) {
+  const auto ds = load_image_folder(tmp_.path().string(), options());
+  EXPECT_NE(ds->describe().find("photograph recipe: crop random-resized=0.08,1, flip, normalize"),
+            std::string::npos)
+      << ds->describe();
+  LoaderOptions lo;
+  lo.global_batch = 4;
+  lo.seed = 5;
+  lo.num_workers = 2;
+  const auto one = test::run_epochs(ds, 1, lo, 2);
+  const auto two = test::run_epochs(ds, 2, lo, 2);
+  EXPECT_EQ(one.inputs, two.inputs);
+  EXPECT_EQ(one.ids, two.ids);
+  // Resume at epoch 1, step 1: what the uninterrupted run saw from there.
+  const auto resumed = test::run_epochs(ds, 2, lo, 1, 1, 1);
+  const std::size_t per = 3 * 32 * 32;
+  EXPECT_EQ(resumed.inputs, std::vector<float>(one.inputs.begin() + 4 * per * 4, one.inputs.end()));
+  // The same sample is cropped differently in another epoch, and another seed changes epoch 0.
+  std::vector<float> e0(per), e1(per);
+  ds->decode_float_drawn(3, 5, 0, e0.data());
+  ds->decode_float_drawn(3, 5, 1, e1.data());
+  EXPECT_NE(e0, e1);
+  lo.seed = 6;
+  EXPECT_NE(test::run_epochs(ds, 1, lo, 1).inputs,
+            std::vector<float>(one.inputs.begin(), one.inputs.begin() + 12 * per));
+  // Normalised: channel 0 of sample 3 (a/4.jpg) is the constant 80, so (80 / 255 - 0.485) /
+  // 0.229, up to the JPEG's chroma error (a few levels at quality 90).
+  for (std::size_t i = 0; i < 32 * 32; ++i)
+    ASSERT_NEAR(e0[i], (80 / 255.0 - 0.485) / 0.229, 4 / 255.0 / 0.229) << i;
+  EXPECT_LE(*std::max_element(e0.begin(), e0.end()), *ds->input_bound());
+}
+
+TEST_F(PhotoFolder, EvaluationResizesAndCentreCropsAtAReducedScale) {
+  ImageFolderOptions o = options();
+  o.evaluation = true;
+  auto spy = std::make_shared<SpyDecoder>();
+  o.decoder = spy;
+  o.photo.eval_resize = 64;  // 96 x 128 -> 64 x 85, centre 32 x 32 = a 48 x 48 box: 1/2 scale
+  const auto ds = load_image_folder(tmp_.path().string(), o);
+  std::vector<float> a(3 * 32 * 32), b(a.size());
+  ds->decode_float_drawn(0, 1, 0, a.data());
+  ds->decode_float_drawn(0, 2, 7, b.data());
+  EXPECT_EQ(a, b) << "evaluation draws nothing";
+  EXPECT_EQ(spy->largest.load(), 1) << "a 48-pixel crop to 32 pixels cannot halve";
+  o.photo.eval_resize = 32;  // the centre 32 x 32 of 32 x 42: a 96 x 96 box: 1/2 scale
+  const auto half = load_image_folder(tmp_.path().string(), o);
+  half->decode_float(0, a.data());
+  EXPECT_EQ(spy->largest.load(), 2);
+}
+
+TEST_F(PhotoFolder, ATruncatedJpegIsABadSampleNamedOrReplaced) {
+  // Cut inside the image data: the header is read at load, the decode fails at the batch.
+  const fs::path victim = tmp_.path() / "a" / "0.jpg";
+  const auto bytes = encode_jpeg(waves(96, 128), 90);
+  test::write_bytes(victim, std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + bytes.size() / 2));
+  const auto ds = load_image_folder(tmp_.path().string(), options());
+  std::vector<float> out(3 * 32 * 32);
+  test::expect_data_error([&] { ds->decode_float_drawn(0, 1, 0, out.data()); },
+                          {"a/0.jpg", "corrupt or truncated JPEG", "(sample 0)"});
+  LoaderOptions lo;
+  lo.global_batch = 12;
+  lo.shuffle = false;
+  lo.skip_bad_samples = true;
+  const auto e = test::run_epochs(ds, 1, lo, 1);
+  EXPECT_EQ(e.ids[0], 1) << "sample 0 is replaced by the next good one";
+  EXPECT_EQ(std::vector<float>(e.inputs.begin(), e.inputs.begin() + 3 * 32 * 32),
+            std::vector<float>(e.inputs.begin() + 3 * 32 * 32, e.inputs.begin() + 2 * 3 * 32 * 32))
+      << "the replacement is drawn as sample 1 is";
+}
+
+TEST_F(PhotoFolder, RecipeNeedsASizeAndMatchingChannels) {
+  ImageFolderOptions o = options();
+  o.height = o.width = 0;
+  expect_invalid([&] { load_image_folder(tmp_.path().string(), o); }, "give --image-size");
+  o = options();
+  o.color = ColorMode::kGrayscale;
+  expect_invalid([&] { load_image_folder(tmp_.path().string(), o); },
+                 "gives 3 means and stds but the images have 1 channel(s)");
+  o = options();
+  o.scale_to_unit = false;
+  expect_invalid([&] { load_image_folder(tmp_.path().string(), o); }, "drop --normalize");
+}
+
+}  // namespace
+}  // namespace mirror::data
