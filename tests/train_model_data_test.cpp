@@ -267,6 +267,13 @@ class Annotated final : public data::Dataset {
   bool checks_at_batch() const override { return true; }
   void check_unchanged() const override { ++checks; }
   std::vector<std::string> class_names() const override { return {"cats", "dogs"}; }
+  // Undrawn 0; drawn (epoch + 1) / 8: a view that loses the draw reads 0.
+  void decode_float(std::int64_t, float* dst) const override {
+    std::fill_n(dst, shape_numel(shape_), 0.0f);
+  }
+  void decode_float_drawn(std::int64_t, std::uint64_t, int epoch, float* dst) const override {
+    std::fill_n(dst, shape_numel(shape_), static_cast<float>(epoch + 1) / 8.0f);
+  }
   mutable int checks = 0;
 
  private:
@@ -284,6 +291,7 @@ TEST(DatasetViews, KeepTheBasesClassNamesFileChecksAndNotes) {
       {"reshaped", train::reshaped(images, {4})},
       {"binary_targets", train::binary_targets(images)},
       {"raw_pixels", train::raw_pixels(images)},
+      {"channels_first", train::channels_first(images)},
       {"fixed_length", train::fixed_length(tokens, 5)}};
   for (const auto& [name, view] : views) {
     const Annotated& base = name == "fixed_length" ? *tokens : *images;
@@ -295,6 +303,28 @@ TEST(DatasetViews, KeepTheBasesClassNamesFileChecksAndNotes) {
     EXPECT_EQ(base.checks, before + 1) << name;
     EXPECT_EQ(view->input_bound(), name == "raw_pixels" ? 255.0 : 1.0) << name;
   }
+}
+
+TEST(DatasetViews, PassTheLoadersDrawnSamples) {
+  // The loader reads training samples with decode_float_drawn (an image folder's random crop is
+  // drawn there from seed, epoch and sample): a view that forwarded only decode_float would
+  // train every epoch on the undrawn sample.
+  const auto images = std::make_shared<Annotated>(DType::kFloat32, Shape{1, 2, 2});
+  const std::vector<std::pair<std::string, std::shared_ptr<const data::Dataset>>> views = {
+      {"reshaped", train::reshaped(images, {4})},
+      {"raw_pixels", train::raw_pixels(images)},
+      {"channels_first", train::channels_first(images)},
+      {"wider_classes", train::wider_classes(images, 5)},
+      {"random_subset", train::random_subset(images, 2, 7, 1)}};
+  for (const auto& [name, view] : views) {
+    std::vector<float> got(4, -1.0f);
+    view->decode_float_drawn(1, 9, 3, got.data());
+    const float want = name == "raw_pixels" ? 128.0f : 0.5f;  // 255 * 4 / 8, rounded
+    EXPECT_EQ(got, std::vector<float>(4, want)) << name;
+  }
+  EXPECT_EQ(train::wider_classes(images, 5)->num_classes(), 5);
+  EXPECT_EQ(train::wider_classes(images, 5)->class_names(),
+            (std::vector<std::string>{"cats", "dogs", "2", "3", "4"}));
 }
 
 TEST(TokenArrays, TestIdsTheEmbeddingCannotReadAreRefusedAtLoad) {

@@ -69,23 +69,27 @@ class ChannelsFirst final : public DatasetView {
       : DatasetView(std::move(base)), hwc_(base_->sample_shape()) {}
   Shape sample_shape() const override { return {hwc_[2], hwc_[0], hwc_[1]}; }
   void decode_float(std::int64_t i, float* dst) const override {
-    const std::int64_t h = hwc_[0], w = hwc_[1], c = hwc_[2];
-    std::vector<float>& hwc = scratch();
-    hwc.resize(static_cast<std::size_t>(h * w * c));
-    base_->decode_float(i, hwc.data());
-    for (std::int64_t ch = 0; ch < c; ++ch) {
-      for (std::int64_t p = 0; p < h * w; ++p) dst[ch * h * w + p] = hwc[p * c + ch];
-    }
+    transposed(dst, [&](float* hwc) { base_->decode_float(i, hwc); });
+  }
+  void decode_float_drawn(std::int64_t i, std::uint64_t seed, int epoch,
+                          float* dst) const override {
+    transposed(dst, [&](float* hwc) { base_->decode_float_drawn(i, seed, epoch, hwc); });
   }
   std::string describe() const override {
     return base_->describe() + ", [H, W, C] samples read as [C, H, W]";
   }
 
  private:
-  // Loader workers decode concurrently: one buffer per thread.
-  static std::vector<float>& scratch() {
-    thread_local std::vector<float> buffer;
-    return buffer;
+  template <class Decode>
+  void transposed(float* dst, const Decode& decode) const {
+    const std::int64_t h = hwc_[0], w = hwc_[1], c = hwc_[2];
+    // Loader workers decode concurrently: one buffer per thread.
+    thread_local std::vector<float> hwc;
+    hwc.resize(static_cast<std::size_t>(h * w * c));
+    decode(hwc.data());
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t p = 0; p < h * w; ++p) dst[ch * h * w + p] = hwc[p * c + ch];
+    }
   }
   Shape hwc_;
 };
@@ -95,8 +99,12 @@ class RawPixels final : public DatasetView {
   using DatasetView::DatasetView;
   void decode_float(std::int64_t i, float* dst) const override {
     base_->decode_float(i, dst);
-    const std::int64_t n = shape_numel(base_->sample_shape());
-    for (std::int64_t k = 0; k < n; ++k) dst[k] = std::nearbyint(dst[k] * 255.0f);
+    to_bytes(dst);
+  }
+  void decode_float_drawn(std::int64_t i, std::uint64_t seed, int epoch,
+                          float* dst) const override {
+    base_->decode_float_drawn(i, seed, epoch, dst);
+    to_bytes(dst);
   }
   std::optional<double> input_bound() const override {
     const std::optional<double> bound = base_->input_bound();
@@ -104,6 +112,12 @@ class RawPixels final : public DatasetView {
     return *bound * 255.0;
   }
   std::string describe() const override { return base_->describe() + ", pixels 0..255"; }
+
+ private:
+  void to_bytes(float* dst) const {
+    const std::int64_t n = shape_numel(base_->sample_shape());
+    for (std::int64_t k = 0; k < n; ++k) dst[k] = std::nearbyint(dst[k] * 255.0f);
+  }
 };
 
 class FixedLength final : public DatasetView {

@@ -32,6 +32,12 @@ class DatasetView : public data::Dataset {
   std::int32_t label(std::int64_t i) const override { return base_->label(i); }
   void decode_target(std::int64_t i, float* dst) const override { base_->decode_target(i, dst); }
   void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(i, dst); }
+  // A view that changes decode_float changes this alike: the loader reads training samples
+  // through it (an image folder's photograph recipe draws its crop here).
+  void decode_float_drawn(std::int64_t i, std::uint64_t seed, int epoch,
+                          float* dst) const override {
+    base_->decode_float_drawn(i, seed, epoch, dst);
+  }
   void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
     base_->decode_tokens(i, dst, steps);
   }

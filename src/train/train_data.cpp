@@ -33,6 +33,10 @@ class Subset final : public DatasetView {
     base_->decode_target(at(i), dst);
   }
   void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(at(i), dst); }
+  void decode_float_drawn(std::int64_t i, std::uint64_t seed, int epoch,
+                          float* dst) const override {
+    base_->decode_float_drawn(at(i), seed, epoch, dst);
+  }
   void decode_tokens(std::int64_t i, std::int32_t* dst, std::int32_t steps) const override {
     base_->decode_tokens(at(i), dst, steps);
   }
