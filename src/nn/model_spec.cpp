@@ -75,6 +75,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
   }
   const bool keras = entry.contains("class_name");
   if (keras) keras_entries = true;
+  if (keras && nested_model(entry, index)) return;  // Note [Nested models]
   std::string type;
   json config;
   if (keras) {
@@ -137,6 +138,12 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       graph_inputs = config["inputs"];
       config.erase("inputs");
     }
+  }
+  // Note [Nested models]: the nested Keras models a canonical layer was read from.
+  json scope;
+  if (!keras && config.contains("keras_scope")) {
+    scope = config["keras_scope"];
+    config.erase("keras_scope");
   }
   const std::size_t first_new = spec.layers_.size();
   current_index = index;
@@ -226,6 +233,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
                   "layer " + std::to_string(index), [&](const std::string& m) { f.fail(key, m); });
     }
     for (json& j : (this->*handler)(f, keras)) {
+      if (!scope.is_null()) j["keras_scope"] = scope;
       spec.layers_.push_back(std::move(j));
       spec.origin_.push_back(index);
     }

@@ -58,6 +58,9 @@ struct ModelSpecParser {
   /// InputLayer / {"type": "input"}: states the input shape, builds nothing.
   void input(Fields& f, std::size_t index);
   void layer(const json& entry, std::size_t index);
+  /// Note [Nested models] (model_spec_nested.cpp): a Keras Sequential or Functional used as a
+  /// layer has its layers read into this model's graph; false for any other entry.
+  bool nested_model(const json& entry, std::size_t index);
   /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
   /// model's last layer (Keras classifiers end so), from a dense (whose activation becomes
   /// linear) or an activation layer (dropped), and the spec remembers it (softmax_folded): the
