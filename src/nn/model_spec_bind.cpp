@@ -231,6 +231,10 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       w.expect_rank(s, 3, "an image [C, H, W] (NCHW)",
                     s.size() == 2 ? " (a [H, W] sample needs a channel axis: [1, H, W])" : "");
       const bool conv = type == "conv2d";
+      if (conv && s[0] % l.value("groups", std::int64_t{1}) != 0) {
+        w.fail("field 'groups': " + l["groups"].dump() + " does not divide the input's " +
+               std::to_string(s[0]) + " channels " + shape_str(s) + " (NCHW)");
+      }
       const auto k = l[conv ? "kernel" : "pool"];  // maxpool2d, average_pooling2d: "pool"
       const std::int64_t stride = l["strides"][0].get<std::int64_t>();
       const bool same = l["padding"] == "same";

@@ -30,7 +30,7 @@ std::vector<std::vector<std::string>>& published() {
 /// What a layer the parser reads does not do (Keras class -> note); no note: supported.
 const std::map<std::string, std::string>& partly() {
   static const std::map<std::string, std::string> notes = {
-      {"Conv2D", "dilation_rate and groups 1 only; one stride for height and width"},
+      {"Conv2D", "dilation_rate 1 only; one stride for height and width"},
       {"MaxPooling2D", "one pool size and one stride for height and width"},
       {"AveragePooling2D", "one pool size and one stride for height and width"},
       {"Dense", "use_bias true only; features [F] and sequences [T, F] (each step), not images"},

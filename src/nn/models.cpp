@@ -89,7 +89,7 @@ std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
     return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
                                     as_int(l["kernel"][1]), as_int(l["strides"][0]),
                                     as_padding(l["padding"]), parse_activation(l["activation"]),
-                                    l.value("use_bias", true));
+                                    l.value("use_bias", true), l.value("groups", 1));
   }
   if (auto layer = make_graph_layer(l)) return layer;
   if (auto layer = make_preprocessing_layer(l)) return layer;
