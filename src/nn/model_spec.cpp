@@ -215,6 +215,8 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       {{"attention"}, &ModelSpecParser::dot_attention},
       {{"additive_attention", "additiveattention"}, &ModelSpecParser::additive_attention},
       {{"multi_head_attention", "multiheadattention"}, &ModelSpecParser::multi_head_attention},
+      {{"layer_scale", "layerscale"}, &ModelSpecParser::layer_scale},
+      {{"stochastic_depth", "stochasticdepth"}, &ModelSpecParser::stochastic_depth},
   };
   detail::publish_layer_table(table);  // Note [Keras layer coverage]
   if (keras && mask_node(entry, t, graph_name, graph_inputs, index)) return;
@@ -319,7 +321,8 @@ void ModelSpecParser::layers(const json& list) {
     throw InvalidArgument(source + ": expected a non-empty list of layers, got " + list.dump());
   }
   for (std::size_t i = 0; i < list.size(); ++i) layer(list[i], i);
-  resolve_axes();  // Note [Positive channel axes]
+  resolve_axes();              // Note [Positive channel axes]
+  mark_keras_channels_last();  // Note [Keras layers on image channels]
   if (spec.layers_.empty()) throw InvalidArgument(source + ": the spec has no layers");
   detail::resolve_graph(spec.layers_, spec.origin_, input_names, output_name, source);
   if (spec.keras_masks_) check_masks();

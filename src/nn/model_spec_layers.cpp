@@ -87,10 +87,12 @@ std::vector<json> ModelSpecParser::dense(Fields& f, bool) {
   const auto units = f.integer("units", "", 0, 1);
   const std::string act = activation_field(f, "activation", "linear");
   kernel_and_bias_defaults(f, "Dense");
+  const bool images = f.boolean("keras_channels_last", "", false);  // Note [Keras layers on ...]
   f.finish({"batch_input_shape", "input_shape"});
   json j = {{"type", "dense"}};
   if (units > 0) j["units"] = units;
   j["activation"] = act;
+  if (images) j["keras_channels_last"] = true;
   return {j};
 }
 
@@ -452,9 +454,11 @@ std::vector<json> ModelSpecParser::layer_normalization(Fields& f, bool) {
   f.initializer("gamma_initializer", "Ones");
   no_regularizers(f,
                   {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+  const bool images = f.boolean("keras_channels_last", "", false);  // Note [Keras layers on ...]
   f.finish({"batch_input_shape", "input_shape"});
   json j = {
       {"type", "layer_normalization"}, {"epsilon", epsilon}, {"center", center}, {"scale", scale}};
+  if (images) j["keras_channels_last"] = true;
   record_axis(j, axis);
   return {j};
 }

@@ -190,6 +190,12 @@ struct ModelSpecParser {
   std::vector<json> dot_attention(Fields& f, bool) { return attention(f, false); }
   std::vector<json> additive_attention(Fields& f, bool) { return attention(f, true); }
   std::vector<json> multi_head_attention(Fields& f, bool);
+  // ---- keras.applications' ConvNeXt (model_spec_convnext.cpp)
+  std::vector<json> layer_scale(Fields& f, bool);
+  std::vector<json> stochastic_depth(Fields& f, bool);
+  /// Note [Keras layers on image channels]: marks a channels_last Keras spec's Dense and
+  /// LayerNormalization layers (bind() keeps the mark on those reading images).
+  void mark_keras_channels_last();
   std::vector<json> depthwise_conv2d(Fields& f, bool keras) { return depthwise(f, keras, false); }
   std::vector<json> separable_conv2d(Fields& f, bool keras) { return depthwise(f, keras, true); }
 };
