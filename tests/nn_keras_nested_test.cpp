@@ -12,6 +12,7 @@
 #include "mirror/nn/image_channels.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/models.h"
+#include "mirror/nn/stochastic_depth.h"
 #include "mirror/ops.h"
 #include "mirror/train/keras_weights.h"
 
@@ -177,6 +178,41 @@ TEST(KerasNested, ImageChannelsMeanKerassLastAxis) {
       EXPECT_NEAR(y[static_cast<std::size_t>(o * 4 + p)], want, 1e-12);
     }
   }
+}
+
+TEST(KerasNested, StochasticDepthDropsWholeSamples) {
+  // Keras's StochasticDepth as ConvNeXt(drop_path_rate > 0) writes it, read by the parser.
+  const ModelSpec spec = ModelSpec::from_json(json::parse(R"({"input_shape": [2, 3, 3], "layers": [
+      {"class_name": "StochasticDepth", "config": {"name": "sd", "trainable": true,
+       "drop_path_rate": 0.5}}, {"type": "flatten"}, {"type": "dense", "units": 2}]})"), "sd");
+  EXPECT_EQ(spec.layers()[0], json::parse(R"({"type": "stochastic_depth", "rate": 0.5})"));
+  StochasticDepth sd(0.5);
+  built(sd, {2, 3, 3});
+  const std::int64_t n = 64;
+  const Tensor x = random_tensor({n, 2, 3, 3}, 3, 1, 2);  // no zeros
+  std::vector<std::int64_t> ids(n);
+  for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = i;
+  ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = 7;
+  ctx.sample_ids = Tensor::from_vector(ids, {n});
+  const std::vector<double> xv = x.to_vector<double>(), y = sd.forward(x, ctx).to_vector<double>();
+  const std::vector<double> dx = sd.backward(Tensor::from_vector(std::vector<double>(
+      static_cast<std::size_t>(x.numel()), 1.0), x.shape())).to_vector<double>();
+  int kept = 0;
+  for (std::int64_t s = 0; s < n; ++s) {
+    const std::size_t at = static_cast<std::size_t>(s * 18);
+    const bool keep = y[at] != 0.0;
+    kept += keep;
+    for (std::size_t k = at; k < at + 18; ++k) {  // the whole sample shares the decision
+      EXPECT_DOUBLE_EQ(y[k], keep ? 2.0 * xv[k] : 0.0);
+      EXPECT_DOUBLE_EQ(dx[k], keep ? 2.0 : 0.0);
+    }
+  }
+  EXPECT_GT(kept, 16);  // about half of 64
+  EXPECT_LT(kept, 48);
+  ctx.training = false;
+  EXPECT_EQ(sd.forward(x, ctx).to_vector<double>(), xv);
 }
 
 json nested_sequential(const json& inner_extra) {
