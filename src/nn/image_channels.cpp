@@ -26,9 +26,9 @@ ops::ChannelView view_of(const Tensor& x, const Shape& sample) {
 
 LayerScale::LayerScale(double init_values, std::int64_t projection_dim)
     : init_values_(init_values), projection_dim_(projection_dim) {
-  MIRROR_CHECK(projection_dim > 0, InvalidArgument,
-               "LayerScale: projection_dim must be positive, got " +
-                   std::to_string(projection_dim));
+  MIRROR_CHECK(
+      projection_dim > 0, InvalidArgument,
+      "LayerScale: projection_dim must be positive, got " + std::to_string(projection_dim));
 }
 
 Shape LayerScale::build(const Shape& input_shape, DType dtype, Device device, InitRng&) {
@@ -81,18 +81,17 @@ ChannelsLastImage::ChannelsLastImage(std::unique_ptr<Layer> inner) : inner_(std:
                InvalidArgument, "ChannelsLastImage wraps one single-input layer");
 }
 
-Shape ChannelsLastImage::build(const Shape& input_shape, DType dtype, Device device,
-                               InitRng& rng) {
-  detail::require(*this, input_shape.size() == 3,
-                  "applies to an image's channels: expects [C, H, W], got " +
-                      shape_str(input_shape));
+Shape ChannelsLastImage::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
+  detail::require(
+      *this, input_shape.size() == 3,
+      "applies to an image's channels: expects [C, H, W], got " + shape_str(input_shape));
   input_shape_ = input_shape;
   inner_->set_name(name());  // Note [Keras layers on image channels]
   const std::int64_t h = input_shape[1], w = input_shape[2];
   const Shape out = inner_->build({h * w, input_shape[0]}, dtype, device, rng);
-  detail::require(*this, out.size() == 2 && out[0] == h * w,
-                  "the wrapped layer turns [H*W, C] into " + shape_str(out) +
-                      ", not one vector per pixel");
+  detail::require(
+      *this, out.size() == 2 && out[0] == h * w,
+      "the wrapped layer turns [H*W, C] into " + shape_str(out) + ", not one vector per pixel");
   output_shape_ = {out[1], h, w};
   return output_shape_;
 }
@@ -105,19 +104,19 @@ Tensor ChannelsLastImage::forward(const Tensor& x, ForwardContext& ctx) {
   inner.lengths.clear();  // pixels are no sequence: nothing is padding
   const Tensor pixels = detail::permute_samples(x, {1, 2, 0}).reshape({n, hw, input_shape_[0]});
   const Tensor y = inner_->forward(pixels, inner);
-  return detail::permute_samples(
-      y.reshape({n, input_shape_[1], input_shape_[2], output_shape_[0]}), {2, 0, 1});
+  return detail::permute_samples(y.reshape({n, input_shape_[1], input_shape_[2], output_shape_[0]}),
+                                 {2, 0, 1});
 }
 
 Tensor ChannelsLastImage::backward(const Tensor& dy) {
   detail::require(*this, !output_shape_.empty(), "not built");
   const std::int64_t n = dy.dim(0), hw = input_shape_[1] * input_shape_[2];
   inner_->set_input_grad_needed(input_grad_needed());
-  const Tensor dx = inner_->backward(
-      detail::permute_samples(dy, {1, 2, 0}).reshape({n, hw, output_shape_[0]}));
+  const Tensor dx =
+      inner_->backward(detail::permute_samples(dy, {1, 2, 0}).reshape({n, hw, output_shape_[0]}));
   if (!dx.defined()) return dx;
-  return detail::permute_samples(
-      dx.reshape({n, input_shape_[1], input_shape_[2], input_shape_[0]}), {2, 0, 1});
+  return detail::permute_samples(dx.reshape({n, input_shape_[1], input_shape_[2], input_shape_[0]}),
+                                 {2, 0, 1});
 }
 
 nlohmann::json ChannelsLastImage::config() const {

@@ -55,9 +55,8 @@ void rename_history(json& j, const std::map<std::string, std::string>& names, bo
 
 /// A Keras 3 inbound node that reads layer `from`.
 json reads(const std::string& from) {
-  return json::array({{{"args",
-                        json::array({{{"class_name", "__keras_tensor__"},
-                                      {"config", {{"keras_history", {from, 0, 0}}}}}})},
+  return json::array({{{"args", json::array({{{"class_name", "__keras_tensor__"},
+                                              {"config", {{"keras_history", {from, 0, 0}}}}}})},
                        {"kwargs", json::object()}}});
 }
 
@@ -76,20 +75,20 @@ bool is_input_layer(const json& entry) {
 }  // namespace
 
 bool ModelSpecParser::nested_model(const json& entry, std::size_t index) {
-  const std::string cls = lower(entry["class_name"].is_string() ? entry["class_name"].get<std::string>()
-                                                                : "");
+  const std::string cls =
+      lower(entry["class_name"].is_string() ? entry["class_name"].get<std::string>() : "");
   if (cls != "sequential" && cls != "functional" && cls != "model") return false;
   const std::string name = entry_name(entry);
-  const std::string at = where(index, entry["class_name"].get<std::string>() +
-                                          (name.empty() ? "" : " '" + name + "'"));
+  const std::string at = where(
+      index, entry["class_name"].get<std::string>() + (name.empty() ? "" : " '" + name + "'"));
   for (const auto& item : entry.items()) {
     static const std::set<std::string> outer = {
         "class_name",   "config",         "module", "registered_name",
         "build_config", "compile_config", "name",   "inbound_nodes"};
     if (!outer.count(item.key())) {
-      throw InvalidArgument(at + ", field '" + item.key() +
-                            "': unknown field of a nested Keras model; known: " +
-                            join({outer.begin(), outer.end()}));
+      throw InvalidArgument(
+          at + ", field '" + item.key() +
+          "': unknown field of a nested Keras model; known: " + join({outer.begin(), outer.end()}));
     }
   }
   const json config = entry.value("config", json::object());
@@ -98,9 +97,9 @@ bool ModelSpecParser::nested_model(const json& entry, std::size_t index) {
                           config.dump().substr(0, 200));
   }
   for (const auto& item : config.items()) {
-    static const std::set<std::string> known = {"name",         "layers",       "trainable",
-                                                "dtype",        "build_input_shape",
-                                                "input_layers", "output_layers"};
+    static const std::set<std::string> known = {
+        "name",         "layers",       "trainable", "dtype", "build_input_shape",
+        "input_layers", "output_layers"};
     if (!known.count(item.key())) {
       throw InvalidArgument(at + ", field 'config." + item.key() +
                             "': unknown field; known: " + join({known.begin(), known.end()}));

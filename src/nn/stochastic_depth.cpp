@@ -23,16 +23,15 @@ Tensor StochasticDepth::forward(const Tensor& x, ForwardContext& ctx) {
   detail::check_input(*this, x, detail::any_steps(input_shape_), dtype_);
   mask_ = Tensor();
   if (!ctx.training || rate_ == 0.0) return x;
-  detail::require(*this, ctx.sample_ids.defined(),
-                  "training needs ForwardContext::sample_ids");
+  detail::require(*this, ctx.sample_ids.defined(), "training needs ForwardContext::sample_ids");
   const std::int64_t n = x.dim(0), per = n == 0 ? 0 : x.numel() / n;
   Tensor ones = Tensor::empty({n, 1}, dtype_, x.device());
   ops::fill(ones, 1.0);
   Dropout seeds(rate_);
   seeds.set_name(name());
   Tensor unused;
-  const Tensor per_sample = ops::dropout_forward(ones, static_cast<float>(rate_),
-                                                 seeds.layer_seed(ctx.seed), ctx.sample_ids, unused);
+  const Tensor per_sample = ops::dropout_forward(
+      ones, static_cast<float>(rate_), seeds.layer_seed(ctx.seed), ctx.sample_ids, unused);
   Tensor mask = Tensor::empty({n, per}, dtype_, x.device());
   ops::BlockCopy b;  // [N, per] <- [N, 1]: every element of a sample shares its decision
   b.dims[2] = n;
