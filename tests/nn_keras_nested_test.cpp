@@ -15,6 +15,7 @@
 #include "mirror/nn/stochastic_depth.h"
 #include "mirror/ops.h"
 #include "mirror/train/keras_weights.h"
+#include "tools/onnx_export.h"
 
 namespace mirror::nn {
 namespace {
@@ -97,7 +98,8 @@ TEST(KerasNested, ConvNextMiniTrains) {
   const std::int64_t n = 8;
   const Tensor x = ops::cast(random_tensor({n, 3, 16, 16}, 9), DType::kFloat32);
   std::vector<std::int32_t> labels(n);
-  for (std::int64_t i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = static_cast<int>(i % 5);
+  for (std::int64_t i = 0; i < n; ++i)
+    labels[static_cast<std::size_t>(i)] = static_cast<int>(i % 5);
   const Tensor y = Tensor::from_vector(labels, {n});
   const Tensor weights = Tensor::from_vector(std::vector<float>(n, 1.0f), {n});
   std::vector<double> losses;
@@ -141,6 +143,27 @@ TEST(KerasNested, WeightPathsAreKerassOwn) {
   EXPECT_NO_THROW(train::from_keras_weights(spec, layout, "layout"));
 }
 
+TEST(KerasNested, OnnxExportRefusesWhatItCannotMapExactly) {
+  // mirror-export --onnx has no mapping for a grouped Conv2D or a Dense over image channels yet:
+  // it must refuse by name, not write the NCHW graph of a plain layer.
+  const auto refuses = [](const std::string& json_text, const std::string& what) {
+    Sequential m = make_model(ModelSpec::from_json(json::parse(json_text), "onnx"), DType::kFloat32,
+                              Device::cpu(), 1);
+    try {
+      onnx::export_onnx(m, {});
+      ADD_FAILURE() << "exported " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refuses(R"({"input_shape": [4, 6, 6], "layers": [{"type": "conv2d", "filters": 4, "kernel": 3,
+      "groups": 2}, {"type": "flatten"}, {"type": "dense", "units": 2}]})",
+          "layer conv2d_1 (conv2d, groups 2) cannot be exported to ONNX");
+  refuses(R"({"input_shape": [4, 6, 6], "layers": [{"type": "dense", "units": 3,
+      "keras_channels_last": true}, {"type": "flatten"}, {"type": "dense", "units": 2}]})",
+          "layer dense_1 (dense over an image's channels) cannot be exported to ONNX");
+}
+
 TEST(KerasNested, LayerScaleAndImageChannelGradients) {
   ForwardContext ctx;
   LayerScale image(0.5, 4);
@@ -174,7 +197,8 @@ TEST(KerasNested, ImageChannelsMeanKerassLastAxis) {
   for (int o = 0; o < 2; ++o) {
     for (int p = 0; p < 4; ++p) {
       double want = b[static_cast<std::size_t>(o)];
-      for (int c = 0; c < 3; ++c) want += xv[static_cast<std::size_t>(c * 4 + p)] * k[static_cast<std::size_t>(c * 2 + o)];
+      for (int c = 0; c < 3; ++c)
+        want += xv[static_cast<std::size_t>(c * 4 + p)] * k[static_cast<std::size_t>(c * 2 + o)];
       EXPECT_NEAR(y[static_cast<std::size_t>(o * 4 + p)], want, 1e-12);
     }
   }
@@ -184,7 +208,8 @@ TEST(KerasNested, StochasticDepthDropsWholeSamples) {
   // Keras's StochasticDepth as ConvNeXt(drop_path_rate > 0) writes it, read by the parser.
   const ModelSpec spec = ModelSpec::from_json(json::parse(R"({"input_shape": [2, 3, 3], "layers": [
       {"class_name": "StochasticDepth", "config": {"name": "sd", "trainable": true,
-       "drop_path_rate": 0.5}}, {"type": "flatten"}, {"type": "dense", "units": 2}]})"), "sd");
+       "drop_path_rate": 0.5}}, {"type": "flatten"}, {"type": "dense", "units": 2}]})"),
+                                              "sd");
   EXPECT_EQ(spec.layers()[0], json::parse(R"({"type": "stochastic_depth", "rate": 0.5})"));
   StochasticDepth sd(0.5);
   built(sd, {2, 3, 3});
@@ -197,8 +222,10 @@ TEST(KerasNested, StochasticDepthDropsWholeSamples) {
   ctx.seed = 7;
   ctx.sample_ids = Tensor::from_vector(ids, {n});
   const std::vector<double> xv = x.to_vector<double>(), y = sd.forward(x, ctx).to_vector<double>();
-  const std::vector<double> dx = sd.backward(Tensor::from_vector(std::vector<double>(
-      static_cast<std::size_t>(x.numel()), 1.0), x.shape())).to_vector<double>();
+  const std::vector<double> dx =
+      sd.backward(Tensor::from_vector(std::vector<double>(static_cast<std::size_t>(x.numel()), 1.0),
+                                      x.shape()))
+          .to_vector<double>();
   int kept = 0;
   for (std::int64_t s = 0; s < n; ++s) {
     const std::size_t at = static_cast<std::size_t>(s * 18);
@@ -221,14 +248,15 @@ json nested_sequential(const json& inner_extra) {
                  {"class_name": "Dense", "config": {"units": 4, "name": "d1"}}]},
       "build_config": {"input_shape": [null, 6]}, "compile_config": {}})");
   inner.update(inner_extra);
-  return json{{"class_name", "Sequential"},
-              {"config",
-               {{"name", "outer"},
-                {"layers",
-                 {json::parse(R"({"class_name": "InputLayer",
+  return json{
+      {"class_name", "Sequential"},
+      {"config",
+       {{"name", "outer"},
+        {"layers",
+         {json::parse(R"({"class_name": "InputLayer",
                                   "config": {"batch_shape": [null, 6], "name": "x"}})"),
-                  inner,
-                  json::parse(R"({"class_name": "Dense", "config": {"units": 3, "name": "d2"}})")}}}}};
+          inner,
+          json::parse(R"({"class_name": "Dense", "config": {"units": 3, "name": "d2"}})")}}}}};
 }
 
 TEST(KerasNested, ASequentialInASequentialIsAStack) {
@@ -245,8 +273,8 @@ void expect_error(const json& j, const std::vector<std::string>& parts) {
     ModelSpec::from_json(j, "spec");
     ADD_FAILURE() << "no error for " << j.dump().substr(0, 200);
   } catch (const InvalidArgument& e) {
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-        << e.what() << " lacks " << p;
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
   }
 }
 
