@@ -268,6 +268,39 @@ TEST(KerasNested, ASequentialInASequentialIsAStack) {
   EXPECT_FALSE(spec.layers()[1].contains("keras_scope"));
 }
 
+TEST(KerasNested, AFunctionalInASequentialReadsTheLayerBeforeIt) {
+  const json inner = json::parse(R"({"class_name": "Functional", "name": "block", "config": {
+      "name": "block", "trainable": true,
+      "layers": [
+        {"class_name": "InputLayer", "name": "bi", "config": {"batch_shape": [null, 4], "name": "bi"},
+         "inbound_nodes": []},
+        {"class_name": "Dense", "name": "d", "config": {"units": 4, "name": "d"},
+         "inbound_nodes": [{"args": [{"class_name": "__keras_tensor__",
+                                      "config": {"keras_history": ["bi", 0, 0]}}], "kwargs": {}}]},
+        {"class_name": "Add", "name": "sum", "config": {"name": "sum"},
+         "inbound_nodes": [{"args": [[{"class_name": "__keras_tensor__",
+                                       "config": {"keras_history": ["bi", 0, 0]}},
+                                      {"class_name": "__keras_tensor__",
+                                       "config": {"keras_history": ["d", 0, 0]}}]], "kwargs": {}}]}],
+      "input_layers": ["bi", 0, 0], "output_layers": ["sum", 0, 0]}})");
+  const json model = {
+      {"class_name", "Sequential"},
+      {"config",
+       {{"name", "outer"},
+        {"layers",
+         {json::parse(R"({"class_name": "InputLayer", "config": {"batch_shape": [null, 3]}})"),
+          json::parse(R"({"class_name": "Dense", "config": {"units": 4, "name": "first"}})"), inner,
+          json::parse(R"({"class_name": "Dense", "config": {"units": 2, "name": "last"}})")}}}}};
+  const ModelSpec spec = ModelSpec::from_json(model, "nested functional");
+  ASSERT_TRUE(spec.bound());
+  EXPECT_EQ(named(spec, "block/d")["inputs"], json({"first"}));
+  EXPECT_EQ(named(spec, "block")["inputs"], json({"first", "block/d"}));
+  EXPECT_EQ(named(spec, "last")["inputs"], json({"block"}));
+  Sequential m = make_model(spec, DType::kFloat32, Device::cpu(), 1);
+  ForwardContext ctx;
+  EXPECT_EQ(m.forward(Tensor::zeros({5, 3}), ctx).shape(), (Shape{5, 2}));
+}
+
 void expect_error(const json& j, const std::vector<std::string>& parts) {
   try {
     ModelSpec::from_json(j, "spec");
