@@ -301,6 +301,35 @@ TEST(KerasNested, AFunctionalInASequentialReadsTheLayerBeforeIt) {
   EXPECT_EQ(m.forward(Tensor::zeros({5, 3}), ctx).shape(), (Shape{5, 2}));
 }
 
+TEST(KerasNested, ModelsInModelsKeepKerassWeightPaths) {
+  // keras.Sequential([Input(4), Sequential([Input(4), Dense(4), Sequential([Input(4), Dense(3)],
+  // name="inner")], name="mid"), Dense(2)]) as to_json() writes it (fields trimmed), and the
+  // paths Keras 3's save_weights gives its variables.
+  const ModelSpec spec = ModelSpec::from_json(json::parse(R"({"class_name": "Sequential",
+      "config": {"name": "outer", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "input_layer_2"}},
+        {"class_name": "Sequential", "config": {"name": "mid", "layers": [
+          {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "input_layer_1"}},
+          {"class_name": "Dense", "config": {"name": "dense_1", "units": 4}},
+          {"class_name": "Sequential", "config": {"name": "inner", "layers": [
+            {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "name": "input_layer"}},
+            {"class_name": "Dense", "config": {"name": "dense", "units": 3}}]}}]}},
+        {"class_name": "Dense", "config": {"name": "dense_2", "units": 2}}]}})"),
+                                              "models in models");
+  ASSERT_EQ(spec.layers().size(), 3u);
+  EXPECT_EQ(spec.layers()[1]["keras_scope"],
+            json::parse(R"([["sequential", "mid"], ["sequential", "inner"]])"));
+  std::map<std::string, std::vector<Shape>> mirror;
+  for (const train::KerasVariables& v : train::keras_weights_layout(spec)) {
+    for (const Tensor& t : v.values) mirror[v.path].push_back(t.shape());
+  }
+  const std::map<std::string, std::vector<Shape>> keras = {
+      {"layers/dense", {{3, 2}, {2}}},
+      {"layers/sequential/layers/dense", {{4, 4}, {4}}},
+      {"layers/sequential/layers/sequential/layers/dense", {{4, 3}, {3}}}};
+  EXPECT_EQ(mirror, keras);
+}
+
 void expect_error(const json& j, const std::vector<std::string>& parts) {
   try {
     ModelSpec::from_json(j, "spec");

@@ -106,6 +106,11 @@ bool ModelSpecParser::nested_model(const json& entry, std::size_t index) {
     }
   }
   if (name.empty()) throw InvalidArgument(at + ", field 'name': required (a nested model's name)");
+  // Its name in the outer graph, and Keras's own (different when an outer nested model renamed
+  // it), which the weight paths record.
+  const std::string keras_name = config.contains("name") && config["name"].is_string()
+                                     ? config["name"].get<std::string>()
+                                     : name;
   const bool graph = entry.contains("inbound_nodes");
   const bool functional = cls != "sequential";
   // What the nested model's input is in the outer graph: the tensor its call passes.
@@ -158,10 +163,7 @@ bool ModelSpecParser::nested_model(const json& entry, std::size_t index) {
       l["config"].erase("input_shape");
     }
     const std::string n = entry_name(l);
-    if (l.is_object() && !n.empty()) {
-      l["name"] = names.at(n);
-      if (l.contains("config") && l["config"].is_object()) l["config"]["name"] = names.at(n);
-    }
+    if (l.is_object() && !n.empty()) l["name"] = names.at(n);  // config.name stays Keras's
     if (functional) {
       if (l.is_object() && l.contains("inbound_nodes")) {
         const bool keras2 = l["inbound_nodes"].is_array() && !l["inbound_nodes"].empty() &&
@@ -182,7 +184,8 @@ bool ModelSpecParser::nested_model(const json& entry, std::size_t index) {
       // Where Keras keeps the layer's weights: outermost model first (train/keras_weights.cpp).
       json& scope = spec.layers_[i]["keras_scope"];
       if (!scope.is_array()) scope = json::array();
-      scope.insert(scope.begin(), json::array({functional ? "functional" : "sequential", name}));
+      scope.insert(scope.begin(),
+                   json::array({functional ? "functional" : "sequential", keras_name}));
     }
   }
   source = saved_source;
