@@ -16,18 +16,22 @@ void require_image(const Layer& layer, const Shape& input_shape) {
 // ---------------------------------------------------------------- Conv2D
 
 Conv2D::Conv2D(int filters, int kernel_h, int kernel_w, int stride, Padding padding, Activation act,
-               bool use_bias)
+               bool use_bias, int groups)
     : filters_(filters),
       kernel_h_(kernel_h),
       kernel_w_(kernel_w),
       stride_(stride),
       padding_(padding),
       act_(act),
-      use_bias_(use_bias) {
+      use_bias_(use_bias),
+      groups_(groups) {
   MIRROR_CHECK(filters > 0 && kernel_h > 0 && kernel_w > 0 && stride > 0, InvalidArgument,
                "Conv2D: filters, kernel size and stride must be positive, got filters " +
                    std::to_string(filters) + ", kernel " + std::to_string(kernel_h) + "x" +
                    std::to_string(kernel_w) + ", stride " + std::to_string(stride));
+  MIRROR_CHECK(groups >= 1 && filters % groups == 0, InvalidArgument,
+               "Conv2D: groups must be positive and divide filters " + std::to_string(filters) +
+                   ", got " + std::to_string(groups));
 }
 
 Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
@@ -35,19 +39,25 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
   input_shape_ = input_shape;
   dtype_ = dtype;
   const auto c = input_shape[0];
+  MIRROR_CHECK(c % groups_ == 0, InvalidArgument,
+               name() + " (conv2d): groups " + std::to_string(groups_) +
+                   " does not divide the input's " + std::to_string(c) + " channels " +
+                   shape_str(input_shape));
   const int h = static_cast<int>(input_shape[1]), w = static_cast<int>(input_shape[2]);
   geometry_ = padding_ == Padding::kSame
                   ? ops::Conv2DGeometry::same(h, w, kernel_h_, kernel_w_, stride_, stride_)
                   : ops::Conv2DGeometry::valid(stride_, stride_);
+  geometry_.groups = groups_;
   const int oh = geometry_.out_h(h, kernel_h_), ow = geometry_.out_w(w, kernel_w_);
   MIRROR_CHECK(oh > 0 && ow > 0, InvalidArgument,
                name() + " (conv2d): kernel " + std::to_string(kernel_h_) + "x" +
                    std::to_string(kernel_w_) + " does not fit input " + shape_str(input_shape) +
                    " with " + padding_name(padding_) + " padding");
   const std::int64_t area = static_cast<std::int64_t>(kernel_h_) * kernel_w_;
+  const std::int64_t cg = c / groups_;  // input channels per group; Keras's fans (HWIO kernel)
   kernel_ =
       detail::make_parameter(*this, "kernel",
-                             init::glorot_uniform({filters_, c, kernel_h_, kernel_w_}, c * area,
+                             init::glorot_uniform({filters_, cg, kernel_h_, kernel_w_}, cg * area,
                                                   filters_ * area, dtype, device, rng));
   if (use_bias_) {
     bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
@@ -77,7 +87,9 @@ Tensor Conv2D::backward(const Tensor& dy) {
   // The max pool reading this output applied the ReLU's mask already (relu_masked_by_reader).
   const bool masked = act_ == Activation::kIdentity || relu_masked_by_reader();
   // Note [Convolution operands] (mirror/ops.h): g is rounded once for both products.
-  const Tensor g = ops::conv2d_operand(masked ? dy : ops::activation_backward(act_, y_, dy));
+  // A grouped convolution takes plain float images only (no blocked operand).
+  const Tensor d = masked ? dy : ops::activation_backward(act_, y_, dy);
+  const Tensor g = groups_ == 1 ? ops::conv2d_operand(d) : d;
   ops::conv2d_backward_weights(x_, g, kernel_.grad, bias_.grad, geometry_);
   if (!input_grad_needed()) return {};
   return ops::conv2d_backward_data(g, kernel_.value, ops::image_shape(x_), geometry_,
@@ -97,6 +109,7 @@ nlohmann::json Conv2D::config() const {
                       {"activation", activation_name(act_)}};
   // Written only when false, so the fingerprint of existing models is unchanged.
   if (!use_bias_) j["use_bias"] = false;
+  if (groups_ != 1) j["groups"] = groups_;
   return j;
 }
 

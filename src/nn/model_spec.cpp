@@ -75,6 +75,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
   }
   const bool keras = entry.contains("class_name");
   if (keras) keras_entries = true;
+  if (keras && nested_model(entry, index)) return;  // Note [Nested models]
   std::string type;
   json config;
   if (keras) {
@@ -137,6 +138,12 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       graph_inputs = config["inputs"];
       config.erase("inputs");
     }
+  }
+  // Note [Nested models]: the nested Keras models a canonical layer was read from.
+  json scope;
+  if (!keras && config.contains("keras_scope")) {
+    scope = config["keras_scope"];
+    config.erase("keras_scope");
   }
   const std::size_t first_new = spec.layers_.size();
   current_index = index;
@@ -208,6 +215,8 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
       {{"attention"}, &ModelSpecParser::dot_attention},
       {{"additive_attention", "additiveattention"}, &ModelSpecParser::additive_attention},
       {{"multi_head_attention", "multiheadattention"}, &ModelSpecParser::multi_head_attention},
+      {{"layer_scale", "layerscale"}, &ModelSpecParser::layer_scale},
+      {{"stochastic_depth", "stochasticdepth"}, &ModelSpecParser::stochastic_depth},
   };
   detail::publish_layer_table(table);  // Note [Keras layer coverage]
   if (keras && mask_node(entry, t, graph_name, graph_inputs, index)) return;
@@ -226,6 +235,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
                   "layer " + std::to_string(index), [&](const std::string& m) { f.fail(key, m); });
     }
     for (json& j : (this->*handler)(f, keras)) {
+      if (!scope.is_null()) j["keras_scope"] = scope;
       spec.layers_.push_back(std::move(j));
       spec.origin_.push_back(index);
     }
@@ -311,7 +321,8 @@ void ModelSpecParser::layers(const json& list) {
     throw InvalidArgument(source + ": expected a non-empty list of layers, got " + list.dump());
   }
   for (std::size_t i = 0; i < list.size(); ++i) layer(list[i], i);
-  resolve_axes();  // Note [Positive channel axes]
+  resolve_axes();              // Note [Positive channel axes]
+  mark_keras_channels_last();  // Note [Keras layers on image channels]
   if (spec.layers_.empty()) throw InvalidArgument(source + ": the spec has no layers");
   detail::resolve_graph(spec.layers_, spec.origin_, input_names, output_name, source);
   if (spec.keras_masks_) check_masks();

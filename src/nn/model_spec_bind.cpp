@@ -94,6 +94,16 @@ void check_axis(const Walk& w, json& l, const Shape& s, const std::string& does)
   }
 }
 
+/// Note [Keras layers on image channels] (nn/image_channels.h): whether a dense or
+/// layer_normalization the parser marked as Keras's (its last axis is a channels_last image's C)
+/// reads an image [C, H, W]; the mark is dropped for any other input, whose last axis is Mirror's.
+bool channels_last_image(json& l, const Shape& s) {
+  if (!l.value("keras_channels_last", false)) return false;
+  if (s.size() == 3) return true;
+  l.erase("keras_channels_last");
+  return false;
+}
+
 std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t stride, bool same) {
   if (same) return (in + stride - 1) / stride;  // TensorFlow: ceil(in / stride)
   return in < k ? 0 : (in - k) / stride + 1;
@@ -214,7 +224,8 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
         w.fail("expects [C, H, W], [F] or [T, F], got " + shape_str(s));
       check_axis(w, l, s, "normalises");
     } else if (type == "layer_normalization") {
-      if (s.size() != 1 && s.size() != 2) {
+      const bool pixels = channels_last_image(l, s);  // Note [Keras layers on image channels]
+      if (s.size() != 1 && s.size() != 2 && !pixels) {
         w.fail("normalises the last axis of features [F] or sequences [T, F], got " + shape_str(s) +
                "; for images use batch_normalization");
       }
@@ -231,6 +242,10 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       w.expect_rank(s, 3, "an image [C, H, W] (NCHW)",
                     s.size() == 2 ? " (a [H, W] sample needs a channel axis: [1, H, W])" : "");
       const bool conv = type == "conv2d";
+      if (conv && s[0] % l.value("groups", std::int64_t{1}) != 0) {
+        w.fail("field 'groups': " + l["groups"].dump() + " does not divide the input's " +
+               std::to_string(s[0]) + " channels " + shape_str(s) + " (NCHW)");
+      }
       const auto k = l[conv ? "kernel" : "pool"];  // maxpool2d, average_pooling2d: "pool"
       const std::int64_t stride = l["strides"][0].get<std::int64_t>();
       const bool same = l["padding"] == "same";
@@ -264,8 +279,10 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
       s = {shape_numel(s)};
     } else if (type == "dense") {
       // Keras applies a Dense to the last axis: each step of a sequence [T, F]. An image's last
-      // axis is its channels in Keras but its width in Mirror's NCHW, so images are refused.
-      if (s.size() != 1 && s.size() != 2) {
+      // axis is its channels in Keras but its width in Mirror's NCHW, so images are refused
+      // unless the spec is Keras's channels_last (Note [Keras layers on image channels]).
+      const bool pixels = channels_last_image(l, s);
+      if (s.size() != 1 && s.size() != 2 && !pixels) {
         w.fail("expects features [F] or sequences [T, F] (each step), got " + shape_str(s) +
                (s.size() == 3 ? " (an image, NCHW): add a flatten or a global pooling before it; "
                                 "a Dense over an image's channels is a 1x1 conv2d"
@@ -281,7 +298,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
         w.fail("field 'units': the spec states " + l["units"].dump() + " but the data has " +
                std::to_string(data.outputs) + " outputs (classes or target elements)");
       }
-      s.back() = l["units"].get<std::int64_t>();
+      s[pixels ? 0 : s.size() - 1] = l["units"].get<std::int64_t>();
     } else if (type == "gru" || type == "lstm" || type == "bidirectional") {
       w.expect_rank(s, 2, "sequences [T, F]", "");
       const json& rnn = type == "bidirectional" ? l["layer"] : l;

@@ -4,6 +4,8 @@
 #include <set>
 
 #include "mirror/nn/attention.h"
+#include "mirror/nn/image_channels.h"
+#include "mirror/nn/stochastic_depth.h"
 #include "mirror/nn/keras_layers.h"
 #include "mirror/nn/keras_ops_layers.h"
 #include "nn/model_spec_internal.h"
@@ -91,6 +93,11 @@ std::unique_ptr<Layer> make_keras_layer(
                                                 l["use_bias"].get<bool>(), l.value("output_dim", 0),
                                                 l["causal"].get<bool>());
   }
+  if (type == "layer_scale") {
+    return std::make_unique<LayerScale>(l["init_values"].get<double>(),
+                                        l["projection_dim"].get<std::int64_t>());
+  }
+  if (type == "stochastic_depth") return std::make_unique<StochasticDepth>(l["rate"].get<double>());
   if (type == "depthwise_conv2d" || type == "separable_conv2d") {
     return std::make_unique<DepthwiseConv2D>(
         as_int(l["kernel"][0]), as_int(l["kernel"][1]), as_int(l["strides"][0]),

@@ -30,10 +30,12 @@ std::vector<std::vector<std::string>>& published() {
 /// What a layer the parser reads does not do (Keras class -> note); no note: supported.
 const std::map<std::string, std::string>& partly() {
   static const std::map<std::string, std::string> notes = {
-      {"Conv2D", "dilation_rate and groups 1 only; one stride for height and width"},
+      {"Conv2D", "dilation_rate 1 only; one stride for height and width"},
       {"MaxPooling2D", "one pool size and one stride for height and width"},
       {"AveragePooling2D", "one pool size and one stride for height and width"},
-      {"Dense", "use_bias true only; features [F] and sequences [T, F] (each step), not images"},
+      {"Dense",
+       "use_bias true only; features [F], sequences [T, F] (each step) and channels_last images "
+       "(each pixel)"},
       {"Dropout", "noise_shape null only"},
       {"Embedding", "sparse false, no LoRA"},
       {"Masking", "mask_value 0 only; masks trailing padding"},
@@ -60,7 +62,8 @@ const std::map<std::string, std::string>& partly() {
        "the channel axis only (-1, or 3 of an image); default initializers; no renorm; not over "
        "a sequence Keras masks"},
       {"LayerNormalization",
-       "the last axis only (-1, or 1 of features, 2 of sequences); rms_scaling false"},
+       "the last axis only (-1, or 1 of features, 2 of sequences, 3 of a channels_last image: "
+       "each pixel's channels); rms_scaling false"},
       {"Concatenate", "the channel axis only (-1, or 3 of images)"},
       {"Normalization",
        "the channel axis (-1, or [3] of an image) or None; mean and variance stated in the config "

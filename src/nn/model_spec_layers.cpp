@@ -37,7 +37,13 @@ std::vector<json> ModelSpecParser::conv2d(Fields& f, bool keras) {
   if (f.pair("dilation_rate", "", 1) != std::array<std::int64_t, 2>{1, 1}) {
     f.fail("dilation_rate", "only 1 (no dilation) is supported");
   }
-  if (f.integer("groups", "", 1, 1) != 1) f.fail("groups", "only 1 is supported");
+  // Keras's grouped convolution (ConvNeXt's 7x7 depthwise is Conv2D(groups=C)); bind() checks
+  // that groups divides the input's channels.
+  const auto groups = f.integer("groups", "", 1, 1);
+  if (filters % groups != 0) {
+    f.fail("groups", std::to_string(groups) + " does not divide filters " +
+                         std::to_string(filters));
+  }
   const std::string padding = padding_field(f);
   const std::string act = activation_field(f, "activation", "linear");
   const bool use_bias = f.boolean("use_bias", "", true);
@@ -51,6 +57,7 @@ std::vector<json> ModelSpecParser::conv2d(Fields& f, bool keras) {
             {"padding", padding},
             {"activation", act}};
   if (!use_bias) j["use_bias"] = false;  // written only when false: older specs stay as they were
+  if (groups != 1) j["groups"] = groups;  // likewise
   return {j};
 }
 
@@ -80,10 +87,12 @@ std::vector<json> ModelSpecParser::dense(Fields& f, bool) {
   const auto units = f.integer("units", "", 0, 1);
   const std::string act = activation_field(f, "activation", "linear");
   kernel_and_bias_defaults(f, "Dense");
+  const bool images = f.boolean("keras_channels_last", "", false);  // Note [Keras layers on ...]
   f.finish({"batch_input_shape", "input_shape"});
   json j = {{"type", "dense"}};
   if (units > 0) j["units"] = units;
   j["activation"] = act;
+  if (images) j["keras_channels_last"] = true;
   return {j};
 }
 
@@ -445,9 +454,11 @@ std::vector<json> ModelSpecParser::layer_normalization(Fields& f, bool) {
   f.initializer("gamma_initializer", "Ones");
   no_regularizers(f,
                   {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"});
+  const bool images = f.boolean("keras_channels_last", "", false);  // Note [Keras layers on ...]
   f.finish({"batch_input_shape", "input_shape"});
   json j = {
       {"type", "layer_normalization"}, {"epsilon", epsilon}, {"center", center}, {"scale", scale}};
+  if (images) j["keras_channels_last"] = true;
   record_axis(j, axis);
   return {j};
 }

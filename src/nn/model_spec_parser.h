@@ -58,6 +58,9 @@ struct ModelSpecParser {
   /// InputLayer / {"type": "input"}: states the input shape, builds nothing.
   void input(Fields& f, std::size_t index);
   void layer(const json& entry, std::size_t index);
+  /// Note [Nested models] (model_spec_nested.cpp): a Keras Sequential or Functional used as a
+  /// layer has its layers read into this model's graph; false for any other entry.
+  bool nested_model(const json& entry, std::size_t index);
   /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
   /// model's last layer (Keras classifiers end so), from a dense (whose activation becomes
   /// linear) or an activation layer (dropped), and the spec remembers it (softmax_folded): the
@@ -187,6 +190,12 @@ struct ModelSpecParser {
   std::vector<json> dot_attention(Fields& f, bool) { return attention(f, false); }
   std::vector<json> additive_attention(Fields& f, bool) { return attention(f, true); }
   std::vector<json> multi_head_attention(Fields& f, bool);
+  // ---- keras.applications' ConvNeXt (model_spec_convnext.cpp)
+  std::vector<json> layer_scale(Fields& f, bool);
+  std::vector<json> stochastic_depth(Fields& f, bool);
+  /// Note [Keras layers on image channels]: marks a channels_last Keras spec's Dense and
+  /// LayerNormalization layers (bind() keeps the mark on those reading images).
+  void mark_keras_channels_last();
   std::vector<json> depthwise_conv2d(Fields& f, bool keras) { return depthwise(f, keras, false); }
   std::vector<json> separable_conv2d(Fields& f, bool keras) { return depthwise(f, keras, true); }
 };

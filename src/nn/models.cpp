@@ -7,6 +7,7 @@
 #include "mirror/nn/bidirectional.h"
 #include "mirror/nn/cnn_layers.h"
 #include "mirror/nn/conv1d.h"
+#include "mirror/nn/image_channels.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/preprocessing.h"
 #include "mirror/nn/recurrent.h"
@@ -84,12 +85,17 @@ std::unique_ptr<Layer> make_preprocessing_layer(const json& l) {
 std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
   const std::string type = l["type"].get<std::string>();
   const auto inner = [keras](const json& wrapped) { return make_layer(wrapped, keras); };
+  if (l.value("keras_channels_last", false)) {  // Note [Keras layers on image channels]
+    json plain = l;
+    plain.erase("keras_channels_last");
+    return std::make_unique<ChannelsLastImage>(make_layer(plain, keras));
+  }
   if (auto layer = detail::make_keras_layer(l, inner)) return layer;
   if (type == "conv2d") {
     return std::make_unique<Conv2D>(as_int(l["filters"]), as_int(l["kernel"][0]),
                                     as_int(l["kernel"][1]), as_int(l["strides"][0]),
                                     as_padding(l["padding"]), parse_activation(l["activation"]),
-                                    l.value("use_bias", true));
+                                    l.value("use_bias", true), l.value("groups", 1));
   }
   if (auto layer = make_graph_layer(l)) return layer;
   if (auto layer = make_preprocessing_layer(l)) return layer;

@@ -161,14 +161,29 @@ Walk walk(const nn::ModelSpec& bound) {
     }
     orders[i] = output_order(w, i, orders);
   }
-  // Keras's paths: the class name counted in Keras's layer order.
+  // Keras's paths: the class name counted in Keras's layer order, within the nested models a
+  // layer was read from (Note [Nested models], src/nn/model_spec_nested.cpp): a nested model is
+  // "layers/<its class>[_k]/" counted among its parent's layers, placed where its first layer is.
   w.order = keras_layer_order(bound);
-  std::map<std::string, int> used;
+  std::map<std::string, std::map<std::string, int>> used;  // by parent path: class -> count
+  std::map<std::string, std::string> scopes;                // nested model -> its path + "/"
+  auto path_in = [&](const std::string& parent, const std::string& cls) {
+    const int k = used[parent][cls]++;
+    return parent + "layers/" + cls + (k == 0 ? "" : "_" + std::to_string(k));
+  };
   for (std::size_t i : w.order) {
     const KerasConversion* c = find_keras_conversion(type_of(layers[i]));
     if (c == nullptr || c->keras_class.empty()) continue;
-    const int k = used[c->keras_class]++;
-    w.infos[i].path = "layers/" + c->keras_class + (k == 0 ? "" : "_" + std::to_string(k));
+    std::string parent, key;
+    for (const json& s : layers[i].value("keras_scope", json::array())) {
+      key += "/" + s[1].get<std::string>();
+      auto it = scopes.find(key);
+      if (it == scopes.end()) {
+        it = scopes.emplace(key, path_in(parent, s[0].get<std::string>()) + "/").first;
+      }
+      parent = it->second;
+    }
+    w.infos[i].path = path_in(parent, c->keras_class);
   }
   return w;
 }

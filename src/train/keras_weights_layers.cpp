@@ -403,8 +403,11 @@ void register_builtin_keras_conversions(std::map<std::string, KerasConversion>& 
       per_feature("batch_normalization", {"gamma", "beta", "moving_mean", "moving_variance"});
   t["layer_normalization"] = per_feature("layer_normalization", {"gamma", "beta"});
   t["normalization"] = normalization();
+  t["layer_scale"] = per_feature("layer_scale", {"gamma"});  // keras.applications' ConvNeXt
   // Layers without weights that a Flatten's feature order passes through.
-  for (const char* type : {"activation", "dropout"}) t[type] = order_rule(FeatureOrder::kPass);
+  for (const char* type : {"activation", "dropout", "stochastic_depth"}) {
+    t[type] = order_rule(FeatureOrder::kPass);
+  }
   t["flatten"] = order_rule(FeatureOrder::kFlatten);
   t["add"] = order_rule(FeatureOrder::kMerge);
   // The layers Keras users combine with GRUs and CNNs (nn/keras_layers.h, ...).

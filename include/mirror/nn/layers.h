@@ -57,13 +57,16 @@ class Dense : public Layer {
 class Conv2D : public Layer {
  public:
   /// use_bias false: no bias parameter (a convolution followed by BatchNormalization).
+  /// groups > 1: a grouped convolution (Keras's Conv2D(groups)): kernel [filters, C / groups,
+  /// kh, kw]; groups must divide filters here and C at build. Grouped convolutions read and
+  /// write plain images (Note [Blocked images] covers groups 1 only).
   Conv2D(int filters, int kernel_h, int kernel_w, int stride = 1, Padding padding = Padding::kValid,
-         Activation act = Activation::kIdentity, bool use_bias = true);
+         Activation act = Activation::kIdentity, bool use_bias = true, int groups = 1);
   std::string kind() const override { return "conv2d"; }
-  bool accepts_blocked_input() const override { return true; }
+  bool accepts_blocked_input() const override { return groups_ == 1; }
   bool relu_output() const override { return act_ == Activation::kRelu; }
   bool output_grad_is_conv_operand() const override {
-    return act_ == Activation::kIdentity || relu_masked_by_reader();
+    return groups_ == 1 && (act_ == Activation::kIdentity || relu_masked_by_reader());
   }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
@@ -76,6 +79,7 @@ class Conv2D : public Layer {
   Padding padding_;
   Activation act_;
   bool use_bias_ = true;
+  int groups_ = 1;
   Shape input_shape_;  // [C, H, W]
   DType dtype_ = DType::kFloat32;
   ops::Conv2DGeometry geometry_;
