@@ -12,7 +12,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 source "$(dirname "${BASH_SOURCE[0]}")/keras_common.bash"
 
-APPS=(ResNet50 ResNet50V2 DenseNet121 InceptionV3 VGG16 MobileNetV2 Xception)
+APPS=(ResNet50 ResNet50V2 DenseNet121 InceptionV3 VGG16 MobileNetV2 Xception ConvNeXtTiny)
 
 python3 "$twin" data images32 img32 24 21 && python3 "$twin" data images75 img75 24 22 ||
   fail "data"
