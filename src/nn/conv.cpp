@@ -47,10 +47,11 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
   const std::int64_t area = static_cast<std::int64_t>(kernel_h_) * kernel_w_;
   kernel_ =
       detail::make_parameter(*this, "kernel",
-                             init::glorot_uniform({filters_, c, kernel_h_, kernel_w_}, c * area,
-                                                  filters_ * area, dtype, device, rng));
+                             init::kernel(*this, "kernel", {filters_, c, kernel_h_, kernel_w_},
+                                          c * area, filters_ * area, dtype, device, rng));
   if (use_bias_) {
-    bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
+    bias_ = detail::make_parameter(*this, "bias",
+                                   init::bias(*this, "bias", {filters_}, dtype, device, rng));
   }
   return {filters_, oh, ow};
 }
