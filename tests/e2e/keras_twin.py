@@ -14,7 +14,8 @@ usage: keras_twin.py MODEL predict WEIGHTS X.npy OUT.npy   Keras's outputs (x NC
        keras_twin.py compare-weights TOL NAME GOT.h5 WANT.h5   the same for every layer variable
        keras_twin.py data KIND PREFIX N SEED               training arrays (KIND: images28, rows28,
                                                            words, words-full, images, rows, images345,
-                                                           unet, seq2seq, images12, mobilenet, seq86)
+                                                           unet, seq2seq, images12, mobilenet, seq86,
+                                                           images32)
        keras_twin.py --jobs FILE                           one of the above per line, one process
 MODEL is --keras FILE or --checkpoint FILE. Exit 1 when a job fails (each failure is printed)."""
 import json
@@ -50,7 +51,7 @@ def data(kind, prefix, n, seed):
     shapes = {"images28": (1, 28, 28), "rows28": (28, 28), "images": (2, 12, 12), "rows": (12, 6),
               "images345": (3, 4, 5), "unet": (1, 16, 16), "seq2seq": (10, 4),
               "images12": (3, 12, 12), "mobilenet": (3, 16, 16), "seq86": (8, 6),
-              "images8": (3, 8, 8)}
+              "images8": (3, 8, 8), "images32": (3, 32, 32)}
     targets = {"unet": 256, "seq2seq": 18}  # float targets: regression (mse)
     if kind in shapes:
         x = rng.normal(0, 1, (n,) + shapes[kind]).astype(np.float32)
@@ -60,7 +61,7 @@ def data(kind, prefix, n, seed):
     if kind in targets:
         np.save(prefix + "_y.npy", rng.normal(0, 1, (n, targets[kind])).astype(np.float32))
         return
-    classes = {"images28": 10, "rows28": 10, "mobilenet": 5, "words": 5}.get(kind, 4)
+    classes = {"images28": 10, "rows28": 10, "mobilenet": 5, "words": 5, "images32": 10}.get(kind, 4)
     y = np.arange(n) % classes  # every class present: the data's class count is the model's
     np.save(prefix + "_y.npy", rng.permutation(y).astype(np.int64))
 
