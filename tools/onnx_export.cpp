@@ -44,6 +44,19 @@ std::string activation(Ctx& c, const std::string& x, const std::string& name,
     const std::string one_plus = c.b.op("Add", {e, c.b.scalar_f(1.0f)});
     return c.b.op("Mul", {c.b.op("Mul", {x, one_plus}), c.b.scalar_f(0.5f)}, {}, hint);
   }
+  // Note [Activations through the input] (nn/keras_ops_layers.h).
+  if (name == "silu") return c.b.op("Mul", {x, c.b.op("Sigmoid", {x})}, {}, hint);
+  if (name == "hard_sigmoid" || name == "hard_silu") {  // relu6(x + 3) / 6 = clip(x / 6 + 1/2)
+    const std::string h =
+        c.b.op("HardSigmoid", {x}, {attr_f("alpha", 1.0f / 6.0f), attr_f("beta", 0.5f)},
+               name == "hard_sigmoid" ? hint : std::string());
+    return name == "hard_sigmoid" ? h : c.b.op("Mul", {x, h}, {}, hint);
+  }
+  if (name == "relu6") {
+    return c.b.op("Clip", {x, c.b.scalar_f(0.0f), c.b.scalar_f(6.0f)}, {}, hint);
+  }
+  if (name == "elu") return c.b.op("Elu", {x}, {attr_f("alpha", 1.0f)}, hint);
+  if (name == "leaky_relu") return c.b.op("LeakyRelu", {x}, {attr_f("alpha", 0.2f)}, hint);
   throw InvalidArgument(hint + ": activation '" + name + "' has no ONNX mapping");
 }
 

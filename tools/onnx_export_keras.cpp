@@ -141,6 +141,10 @@ std::string depthwise(Ctx& c, nn::Layer& l, const std::string& x, const Shape& i
 
 std::string parametric(Ctx& c, nn::ParametricActivation& l, const std::string& x) {
   const ops::Eltwise& f = l.function();
+  if (f.kind != ops::Eltwise::Kind::kRelu && f.kind != ops::Eltwise::Kind::kLeakyRelu &&
+      f.kind != ops::Eltwise::Kind::kElu) {
+    return activation(c, x, nn::input_activation_name(f), l.name());
+  }
   if (f.kind == ops::Eltwise::Kind::kLeakyRelu) {
     return c.b.op("LeakyRelu", {x}, {attr_f("alpha", static_cast<float>(f.negative_slope))},
                   l.name());

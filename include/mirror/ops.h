@@ -449,13 +449,19 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double
 
 // ---------------------------------------------------------------- Keras's layers
 /// Note [Parametric activations]: Keras's ReLU layer (max_value, negative_slope, threshold; relu6),
-/// LeakyReLU and ELU, differentiated through their INPUT (src/math/keras_activations.h):
-///   relu:       y = clip(x > threshold ? x : 0, 0, max_value) - negative_slope * max(threshold - x, 0)
-///               (threshold 0: max(x, 0) before the clip; no clip when max_value < 0)
-///   leaky_relu: y = x >= 0 ? x : negative_slope * x
-///   elu:        y = x > 0 ? x : alpha * (exp(x) - 1)
+/// LeakyReLU and ELU, and the activations whose gradient needs the INPUT (silu, hard_sigmoid,
+/// hard_silu, gelu), differentiated through their input (src/math/keras_activations.h):
+///   relu:         y = clip(x > threshold ? x : 0, 0, max_value) - negative_slope * max(threshold - x, 0)
+///                 (threshold 0: max(x, 0) before the clip; no clip when max_value < 0)
+///   leaky_relu:   y = x >= 0 ? x : negative_slope * x
+///   elu:          y = x > 0 ? x : alpha * (exp(x) - 1)
+///   silu:         y = x * sigmoid(x) (Keras's swish)
+///   hard_sigmoid: y = relu6(x + 3) / 6 (Keras 3's)
+///   hard_silu:    y = x * hard_sigmoid(x) (Keras's hard_swish)
+///   gelu:         y = x * Phi(x), the exact (erf) form (math/gelu.h)
+///   gelu_tanh:    y = x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2 (approximate=True)
 struct Eltwise {
-  enum class Kind { kRelu, kLeakyRelu, kElu };
+  enum class Kind { kRelu, kLeakyRelu, kElu, kSilu, kHardSigmoid, kHardSilu, kGelu, kGeluTanh };
   Kind kind = Kind::kRelu;
   double negative_slope = 0, threshold = 0, alpha = 1;
   double max_value = -1;  // < 0: no upper clip

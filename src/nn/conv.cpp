@@ -57,10 +57,11 @@ Shape Conv2D::build(const Shape& input_shape, DType dtype, Device device, InitRn
   const std::int64_t cg = c / groups_;  // input channels per group; Keras's fans (HWIO kernel)
   kernel_ =
       detail::make_parameter(*this, "kernel",
-                             init::glorot_uniform({filters_, cg, kernel_h_, kernel_w_}, cg * area,
-                                                  filters_ * area, dtype, device, rng));
+                             init::kernel(*this, "kernel", {filters_, cg, kernel_h_, kernel_w_},
+                                          cg * area, filters_ * area, dtype, device, rng));
   if (use_bias_) {
-    bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
+    bias_ = detail::make_parameter(*this, "bias",
+                                   init::bias(*this, "bias", {filters_}, dtype, device, rng));
   }
   return {filters_, oh, ow};
 }

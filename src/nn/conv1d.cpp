@@ -100,8 +100,9 @@ Shape Conv1D::build(const Shape& input_shape, DType dtype, Device device, InitRn
   const std::int64_t k = kernel_, c = channels_;
   kernel_param_ = detail::make_parameter(
       *this, "kernel",
-      init::glorot_uniform({filters_, k, c}, k * c, k * filters_, dtype, device, rng));
-  bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
+      init::kernel(*this, "kernel", {filters_, k, c}, k * c, k * filters_, dtype, device, rng));
+  bias_ = detail::make_parameter(*this, "bias",
+                                 init::bias(*this, "bias", {filters_}, dtype, device, rng));
   return {g.out(static_cast<int>(input_shape[0])), filters_};
 }
 

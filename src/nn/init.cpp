@@ -3,8 +3,11 @@
 // libraries and break "same seed -> same weights" between builds).
 #include "mirror/nn/init.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <numbers>
+#include <string>
 
 namespace mirror::nn::init {
 namespace {
@@ -123,6 +126,111 @@ Tensor orthogonal(const Shape& shape, DType dtype, Device device, InitRng& rng, 
   MIRROR_CHECK(shape.size() == 2, InvalidArgument,
                "orthogonal init: expected a 2-D shape, got " + shape_str(shape));
   return to_tensor(orthogonal_values(shape[0], shape[1], rng, gain), shape, dtype, device);
+}
+
+double truncated_normal(InitRng& rng) {
+  for (;;) {
+    const double z = normal(rng);
+    if (std::fabs(z) <= 2.0) return z;
+  }
+}
+
+namespace {
+
+/// VarianceScaling's parameters for `cls` (VarianceScaling itself or one of its named cases).
+struct Scaling {
+  double scale = 1.0;
+  std::string mode = "fan_in", distribution = "truncated_normal";
+};
+
+bool variance_scaling(const std::string& cls, const nlohmann::json& cfg, Scaling* s) {
+  if (cls == "VarianceScaling") {
+    s->scale = cfg.value("scale", 1.0);
+    s->mode = cfg.value("mode", std::string("fan_in"));
+    s->distribution = cfg.value("distribution", std::string("truncated_normal"));
+    if (s->distribution == "normal") s->distribution = "truncated_normal";  // Keras's alias
+    return true;
+  }
+  static const std::map<std::string, Scaling> named = {
+      {"GlorotUniform", {1.0, "fan_avg", "uniform"}},
+      {"GlorotNormal", {1.0, "fan_avg", "truncated_normal"}},
+      {"HeUniform", {2.0, "fan_in", "uniform"}},
+      {"HeNormal", {2.0, "fan_in", "truncated_normal"}},
+      {"LecunUniform", {1.0, "fan_in", "uniform"}},
+      {"LecunNormal", {1.0, "fan_in", "truncated_normal"}}};
+  const auto it = named.find(cls);
+  if (it == named.end()) return false;
+  *s = it->second;
+  return true;
+}
+
+}  // namespace
+
+std::vector<double> initializer_values(const nlohmann::json& spec, const Shape& shape,
+                                       std::int64_t fan_in, std::int64_t fan_out, InitRng& rng) {
+  MIRROR_CHECK(spec.is_object() && spec.contains("class_name") && spec["class_name"].is_string(),
+               InvalidArgument, "init: expected {\"class_name\", \"config\"}, got " + spec.dump());
+  const std::string cls = spec["class_name"].get<std::string>();
+  const nlohmann::json cfg = spec.value("config", nlohmann::json::object());
+  const std::int64_t numel = shape_numel(shape);
+  std::vector<double> v(static_cast<std::size_t>(numel));
+  if (cls == "Zeros" || cls == "Ones" || cls == "Constant") {
+    const double c = cls == "Zeros" ? 0.0 : cls == "Ones" ? 1.0 : cfg.value("value", 0.0);
+    std::fill(v.begin(), v.end(), c);
+    return v;
+  }
+  if (cls == "RandomUniform") {
+    return uniform_values(numel, cfg.value("minval", -0.05), cfg.value("maxval", 0.05), rng);
+  }
+  if (cls == "RandomNormal" || cls == "TruncatedNormal") {
+    const double mean = cfg.value("mean", 0.0), stddev = cfg.value("stddev", 0.05);
+    for (auto& x : v)
+      x = mean + stddev * (cls == "RandomNormal" ? normal(rng) : truncated_normal(rng));
+    return v;
+  }
+  if (cls == "Orthogonal") {
+    MIRROR_CHECK(shape.size() >= 2, InvalidArgument,
+                 "init: Orthogonal needs a matrix or a kernel, got shape " + shape_str(shape));
+    return orthogonal_values(shape[0], numel / shape[0], rng, cfg.value("gain", 1.0));
+  }
+  Scaling s;
+  MIRROR_CHECK(variance_scaling(cls, cfg, &s), InvalidArgument,
+               "init: unknown initializer " + spec.dump());
+  const double fan = s.mode == "fan_in"    ? static_cast<double>(fan_in)
+                     : s.mode == "fan_out" ? static_cast<double>(fan_out)
+                                           : (static_cast<double>(fan_in) + fan_out) / 2.0;
+  const double scale = s.scale / std::max(1.0, fan);
+  if (s.distribution == "uniform") {
+    const double limit = std::sqrt(3.0 * scale);
+    return uniform_values(numel, -limit, limit, rng);
+  }
+  MIRROR_CHECK(s.distribution == "truncated_normal" || s.distribution == "untruncated_normal",
+               InvalidArgument, "init: unknown VarianceScaling distribution in " + spec.dump());
+  if (s.distribution == "untruncated_normal") {
+    const double stddev = std::sqrt(scale);
+    for (auto& x : v) x = stddev * normal(rng);
+    return v;
+  }
+  // The standard deviation of a unit normal truncated to [-2, 2] is 0.87962566103423978.
+  const double stddev = std::sqrt(scale) / 0.87962566103423978;
+  for (auto& x : v) x = stddev * truncated_normal(rng);
+  return v;
+}
+
+Tensor kernel(const Layer& layer, const std::string& what, const Shape& shape, std::int64_t fan_in,
+              std::int64_t fan_out, DType dtype, Device device, InitRng& rng) {
+  const nlohmann::json& spec = layer.initializer(what);
+  if (spec.is_null()) return glorot_uniform(shape, fan_in, fan_out, dtype, device, rng);
+  return to_tensor(initializer_values(spec, shape, fan_in, fan_out, rng), shape, dtype, device);
+}
+
+Tensor bias(const Layer& layer, const std::string& what, const Shape& shape, DType dtype,
+            Device device, InitRng& rng) {
+  const nlohmann::json& spec = layer.initializer(what);
+  if (spec.is_null()) return zeros(shape, dtype, device);
+  // Keras's fans of a vector are its length, both ways.
+  return to_tensor(initializer_values(spec, shape, shape_numel(shape), shape_numel(shape), rng),
+                   shape, dtype, device);
 }
 
 }  // namespace mirror::nn::init

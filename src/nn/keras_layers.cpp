@@ -1,5 +1,6 @@
 // SpatialDropout1D/2D, Conv2DTranspose and the element-wise merges Multiply, Subtract and Average
 // (nn/keras_layers.h), built from ops (dropout, conv2d_*, multiply, axpy).
+#include <algorithm>
 #include <cmath>
 
 #include "mirror/nn/init.h"
@@ -106,10 +107,12 @@ Shape Conv2DTranspose::build(const Shape& input_shape, DType dtype, Device devic
   const std::int64_t area = std::int64_t{kernel_h_} * kernel_w_;
   kernel_ =
       detail::make_parameter(*this, "kernel",
-                             init::glorot_uniform({c, filters_, kernel_h_, kernel_w_},
-                                                  filters_ * area, c * area, dtype, device, rng));
-  if (use_bias_)
-    bias_ = detail::make_parameter(*this, "bias", init::zeros({filters_}, dtype, device));
+                             init::kernel(*this, "kernel", {c, filters_, kernel_h_, kernel_w_},
+                                          filters_ * area, c * area, dtype, device, rng));
+  if (use_bias_) {
+    bias_ = detail::make_parameter(*this, "bias",
+                                   init::bias(*this, "bias", {filters_}, dtype, device, rng));
+  }
   output_shape_ = {filters_, oh, ow};
   return output_shape_;
 }
@@ -162,6 +165,102 @@ void detail::require_one_shape(const Layer& layer, const std::vector<Shape>& sha
   }
 }
 
+Shape detail::broadcast_shape(const Layer& layer, const std::vector<Shape>& shapes,
+                              const std::vector<std::string>& names) {
+  Shape out = shapes[0];
+  for (std::size_t i = 1; i < shapes.size(); ++i) {
+    bool ok = shapes[i].size() == out.size();
+    for (std::size_t d = 0; ok && d < out.size(); ++d) {
+      const std::int64_t a = out[d], b = shapes[i][d];
+      ok = a == b || a == 1 || b == 1;
+      if (ok) out[d] = std::max(a, b);
+    }
+    std::string all;
+    for (std::size_t k = 0; k < shapes.size() && !ok; ++k) {
+      all += (k ? ", input '" : "input '") + names[k] + "' " + shape_str(shapes[k]);
+    }
+    require(layer, ok,
+            "inputs must have one rank and, in each dimension, one size or 1 (broadcast), but " +
+                all + " (per sample, NCHW for images)");
+  }
+  return out;
+}
+
+namespace {
+
+/// Row-major strides of `shape`.
+std::vector<std::int64_t> strides_of(const Shape& shape) {
+  std::vector<std::int64_t> s(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+}  // namespace
+
+Tensor detail::broadcast_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  MIRROR_CHECK(
+      static_cast<std::size_t>(x.rank()) == shape.size() && shape.size() <= 4, InvalidArgument,
+      "broadcast_to: " + x.str() + " to " + shape_str(shape) + " (one rank, at most 4 dimensions)");
+  const std::vector<std::int64_t> src = strides_of(x.shape()), dst = strides_of(shape);
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  ops::BlockCopy b;
+  const std::size_t skip = 4 - shape.size();  // leading dimensions of size 1
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    MIRROR_CHECK(x.dim(static_cast<int>(d)) == shape[d] || x.dim(static_cast<int>(d)) == 1,
+                 InvalidArgument, "broadcast_to: " + x.str() + " to " + shape_str(shape));
+    b.dims[skip + d] = shape[d];
+    b.dst_strides[skip + d] = dst[d];
+    b.src_strides[skip + d] = x.dim(static_cast<int>(d)) == shape[d] ? src[d] : 0;
+  }
+  ops::copy_block(out, x, b);
+  return out;
+}
+
+Tensor detail::reduce_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  MIRROR_CHECK(
+      static_cast<std::size_t>(g.rank()) == shape.size() && shape.size() <= 4, InvalidArgument,
+      "reduce_to: " + g.str() + " to " + shape_str(shape) + " (one rank, at most 4 dimensions)");
+  // The kept dimensions, then the summed ones: [kept, summed] row-major, a copy unless the summed
+  // dimensions are the last ones already.
+  std::vector<std::size_t> kept, summed;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const std::int64_t n = g.dim(static_cast<int>(d));
+    MIRROR_CHECK(shape[d] == n || shape[d] == 1, InvalidArgument,
+                 "reduce_to: " + g.str() + " to " + shape_str(shape));
+    if (n == 1) continue;  // either list: it moves nothing
+    (shape[d] == n ? kept : summed).push_back(d);
+  }
+  std::int64_t rows = 1, cols = 1;
+  for (std::size_t d : kept) rows *= g.dim(static_cast<int>(d));
+  for (std::size_t d : summed) cols *= g.dim(static_cast<int>(d));
+  Tensor m = g;
+  if (!kept.empty() && !summed.empty() && kept.back() > summed.front()) {
+    std::vector<std::size_t> order = kept;
+    order.insert(order.end(), summed.begin(), summed.end());
+    Shape permuted;
+    for (std::size_t d : order) permuted.push_back(g.dim(static_cast<int>(d)));
+    const std::vector<std::int64_t> src = strides_of(g.shape()), dst = strides_of(permuted);
+    m = Tensor::empty(permuted, g.dtype(), g.device());
+    ops::BlockCopy b;
+    const std::size_t skip = 4 - order.size();
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      b.dims[skip + i] = permuted[i];
+      b.dst_strides[skip + i] = dst[i];
+      b.src_strides[skip + i] = src[order[i]];
+    }
+    ops::copy_block(m, g, b);
+  }
+  // Each row's sum: the mean of a 1 x cols window (summed in double on the CPU), times cols.
+  ops::Pool2DGeometry whole;
+  whole.k_h = whole.stride_h = 1;
+  whole.k_w = whole.stride_w = static_cast<int>(cols);
+  Tensor sums = ops::avgpool2d_forward(m.reshape({rows, 1, 1, cols}), whole);
+  ops::scale(sums, static_cast<double>(cols));
+  return sums.reshape(shape);
+}
+
 ElementwiseMerge::ElementwiseMerge(Op op) : op_(op) {}
 
 std::string ElementwiseMerge::kind() const {
@@ -180,15 +279,20 @@ Shape ElementwiseMerge::build_inputs(const std::vector<Shape>& shapes,
                                      const std::vector<std::string>& names, DType, Device) {
   detail::require(*this, op_ != Op::kSubtract || shapes.size() == 2,
                   "subtracts exactly two inputs, got " + std::to_string(shapes.size()));
-  detail::require_one_shape(*this, shapes, names);
+  output_shape_ = detail::broadcast_shape(*this, shapes, names);
+  shapes_ = shapes;
   count_ = shapes.size();
-  return shapes[0];
+  return output_shape_;
 }
 
-Tensor ElementwiseMerge::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
+Tensor ElementwiseMerge::forward_inputs(const std::vector<Tensor>& given, ForwardContext&) {
   detail::require(
-      *this, xs.size() == count_ && count_ >= 2,
-      "expected " + std::to_string(count_) + " inputs, got " + std::to_string(xs.size()));
+      *this, given.size() == count_ && count_ >= 2,
+      "expected " + std::to_string(count_) + " inputs, got " + std::to_string(given.size()));
+  std::vector<Tensor> xs = given;
+  Shape out = {given[0].dim(0)};
+  out.insert(out.end(), output_shape_.begin(), output_shape_.end());
+  for (Tensor& x : xs) x = detail::broadcast_to(x, out);
   if (op_ == Op::kMultiply) {
     xs_ = xs;
     Tensor y = ops::multiply(xs[0], xs[1]);
@@ -203,24 +307,30 @@ Tensor ElementwiseMerge::forward_inputs(const std::vector<Tensor>& xs, ForwardCo
 }
 
 std::vector<Tensor> ElementwiseMerge::backward_inputs(const Tensor& dy) {
+  std::vector<Tensor> grads;
   if (op_ == Op::kAverage) {
     Tensor g = dy.clone();
     ops::scale(g, 1.0 / static_cast<double>(count_));
-    return std::vector<Tensor>(count_, g);
-  }
-  if (op_ == Op::kSubtract) {
+    grads.assign(count_, g);
+  } else if (op_ == Op::kSubtract) {
     Tensor minus = dy.clone();
     ops::scale(minus, -1.0);
-    return {dy, minus};
-  }
-  // d(prod)/d(x_i) = dy * the product of the other inputs.
-  std::vector<Tensor> grads;
-  for (std::size_t i = 0; i < count_; ++i) {
-    Tensor g = dy;
-    for (std::size_t j = 0; j < count_; ++j) {
-      if (j != i) g = ops::multiply(g, xs_[j]);
+    grads = {dy, minus};
+  } else {
+    // d(prod)/d(x_i) = dy * the product of the other inputs.
+    for (std::size_t i = 0; i < count_; ++i) {
+      Tensor g = dy;
+      for (std::size_t j = 0; j < count_; ++j) {
+        if (j != i) g = ops::multiply(g, xs_[j]);
+      }
+      grads.push_back(g);
     }
-    grads.push_back(g);
+  }
+  // A broadcast input's gradient: summed over the axes it was repeated along.
+  for (std::size_t i = 0; i < count_; ++i) {
+    Shape in = {dy.dim(0)};
+    in.insert(in.end(), shapes_[i].begin(), shapes_[i].end());
+    grads[i] = detail::reduce_to(grads[i], in);
   }
   return grads;
 }

@@ -1,11 +1,74 @@
-// ParametricActivation, Extremum (Maximum, Minimum), DepthwiseConv2D and SeparableConv2D
-// (nn/keras_ops_layers.h).
+// ParametricActivation, ActivatedLayer, Extremum (Maximum, Minimum), DepthwiseConv2D and
+// SeparableConv2D (nn/keras_ops_layers.h).
 #include "mirror/nn/keras_ops_layers.h"
 
 #include "mirror/nn/init.h"
 #include "mirror/nn/keras_layers.h"
 
 namespace mirror::nn {
+
+// ---------------------------------------------------------------- input activations
+
+std::optional<ops::Eltwise> input_activation(const std::string& name) {
+  using Kind = ops::Eltwise::Kind;
+  ops::Eltwise f;
+  if (name == "silu" || name == "swish") {
+    f.kind = Kind::kSilu;
+  } else if (name == "hard_sigmoid") {
+    f.kind = Kind::kHardSigmoid;
+  } else if (name == "hard_silu" || name == "hard_swish") {
+    f.kind = Kind::kHardSilu;
+  } else if (name == "gelu") {
+    f.kind = Kind::kGelu;
+  } else if (name == "gelu_tanh") {
+    f.kind = Kind::kGeluTanh;
+  } else if (name == "relu6") {
+    f.max_value = 6;  // Kind::kRelu
+  } else if (name == "elu") {
+    f.kind = Kind::kElu;
+  } else if (name == "leaky_relu") {
+    f.kind = Kind::kLeakyRelu;
+    f.negative_slope = 0.2;  // keras.activations.leaky_relu's default
+  } else {
+    return std::nullopt;
+  }
+  return f;
+}
+
+std::string input_activation_name(const ops::Eltwise& f) {
+  switch (f.kind) {
+    case ops::Eltwise::Kind::kRelu:
+      return f.max_value == 6 && f.negative_slope == 0 && f.threshold == 0 ? "relu6" : "relu";
+    case ops::Eltwise::Kind::kLeakyRelu:
+      return "leaky_relu";
+    case ops::Eltwise::Kind::kElu:
+      return "elu";
+    case ops::Eltwise::Kind::kSilu:
+      return "silu";
+    case ops::Eltwise::Kind::kHardSigmoid:
+      return "hard_sigmoid";
+    case ops::Eltwise::Kind::kHardSilu:
+      return "hard_silu";
+    case ops::Eltwise::Kind::kGelu:
+      return "gelu";
+    case ops::Eltwise::Kind::kGeluTanh:
+      return "gelu_tanh";
+  }
+  return "?";
+}
+
+namespace {
+
+/// Note [Sequence masks]: with Mirror's own masks a function that is not 0 at 0 keeps a
+/// sequence's output zero past its length (the lengths to zero after, or none).
+std::vector<std::int32_t> zeroed_lengths(const ops::Eltwise& f, const Tensor& x,
+                                         const ForwardContext& ctx) {
+  const bool nonzero_at_zero = f.kind == ops::Eltwise::Kind::kHardSigmoid;
+  if (!nonzero_at_zero || x.rank() != 3 || ctx.lengths.empty() || ctx.keras_masks) return {};
+  return ctx.lengths;
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------- ParametricActivation
 
@@ -19,8 +82,9 @@ std::string ParametricActivation::kind() const {
       return "leaky_relu";
     case ops::Eltwise::Kind::kElu:
       return "elu";
+    default:
+      return "activation";
   }
-  return "?";
 }
 
 Shape ParametricActivation::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
@@ -29,15 +93,18 @@ Shape ParametricActivation::build(const Shape& input_shape, DType dtype, Device,
   return input_shape;
 }
 
-Tensor ParametricActivation::forward(const Tensor& x, ForwardContext&) {
-  detail::check_input(*this, x, input_shape_, dtype_);
+Tensor ParametricActivation::forward(const Tensor& x, ForwardContext& ctx) {
+  detail::check_input(*this, x, detail::any_steps(input_shape_), dtype_);
   x_ = x;
-  return ops::eltwise_forward(f_, x);
+  lengths_ = zeroed_lengths(f_, x, ctx);
+  const Tensor y = ops::eltwise_forward(f_, x);
+  return lengths_.empty() ? y : ops::zero_past_lengths(y, lengths_);
 }
 
 Tensor ParametricActivation::backward(const Tensor& dy) {
   detail::require(*this, x_.defined(), "backward without forward");
-  return ops::eltwise_backward(f_, x_, dy);
+  return ops::eltwise_backward(f_, x_,
+                               lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_));
 }
 
 nlohmann::json ParametricActivation::config() const {
@@ -50,8 +117,49 @@ nlohmann::json ParametricActivation::config() const {
       return {{"negative_slope", f_.negative_slope}};
     case ops::Eltwise::Kind::kElu:
       return {{"alpha", f_.alpha}};
+    default:
+      return {{"activation", input_activation_name(f_)}};
   }
-  return nlohmann::json::object();
+}
+
+// ---------------------------------------------------------------- ActivatedLayer
+
+ActivatedLayer::ActivatedLayer(std::unique_ptr<Layer> inner, ops::Eltwise f)
+    : inner_(std::move(inner)), f_(f) {
+  MIRROR_CHECK(inner_ != nullptr && dynamic_cast<MergeLayer*>(inner_.get()) == nullptr,
+               InvalidArgument, "ActivatedLayer: wraps one single-input layer");
+}
+
+void ActivatedLayer::pass_flags() {
+  inner_->set_name(name());
+  inner_->set_input_grad_needed(input_grad_needed());
+  inner_->set_blocked_output_allowed(blocked_output_allowed());
+}
+
+Shape ActivatedLayer::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
+  pass_flags();
+  return inner_->build(input_shape, dtype, device, rng);
+}
+
+Tensor ActivatedLayer::forward(const Tensor& x, ForwardContext& ctx) {
+  pass_flags();
+  z_ = inner_->forward(x, ctx);
+  lengths_ = zeroed_lengths(f_, z_, ctx);
+  const Tensor y = ops::eltwise_forward(f_, z_);
+  return lengths_.empty() ? y : ops::zero_past_lengths(y, lengths_);
+}
+
+Tensor ActivatedLayer::backward(const Tensor& dy) {
+  detail::require(*this, z_.defined(), "backward without forward");
+  pass_flags();
+  const Tensor g = lengths_.empty() ? dy : ops::zero_past_lengths(dy, lengths_);
+  return inner_->backward(ops::eltwise_backward(f_, z_, g));
+}
+
+nlohmann::json ActivatedLayer::config() const {
+  nlohmann::json c = inner_->config();
+  c["activation"] = input_activation_name(f_);
+  return c;
 }
 
 // ---------------------------------------------------------------- Maximum, Minimum
@@ -124,16 +232,19 @@ Shape DepthwiseConv2D::build(const Shape& input_shape, DType dtype, Device devic
                       " with valid padding");
   const std::int64_t area = std::int64_t{kernel_h_} * kernel_w_;
   kernel_ = detail::make_parameter(*this, pointwise_ > 0 ? "depthwise_kernel" : "kernel",
-                                   init::glorot_uniform({mid, 1, kernel_h_, kernel_w_}, c * area,
-                                                        multiplier_ * area, dtype, device, rng));
+                                   init::kernel(*this, "depthwise", {mid, 1, kernel_h_, kernel_w_},
+                                                c * area, multiplier_ * area, dtype, device, rng));
   const std::int64_t out = pointwise_ > 0 ? pointwise_ : mid;
   if (pointwise_ > 0) {
     pointwise_kernel_ = detail::make_parameter(
         *this, "pointwise_kernel",
-        init::glorot_uniform({out, mid, 1, 1}, mid, out, dtype, device, rng));
+        init::kernel(*this, "pointwise", {out, mid, 1, 1}, mid, out, dtype, device, rng));
     one_by_one_ = ops::Conv2DGeometry::valid(1, 1);
   }
-  if (use_bias_) bias_ = detail::make_parameter(*this, "bias", init::zeros({out}, dtype, device));
+  if (use_bias_) {
+    bias_ =
+        detail::make_parameter(*this, "bias", init::bias(*this, "bias", {out}, dtype, device, rng));
+  }
   return {out, oh, ow};
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "mirror/nn/init.h"
+#include "mirror/nn/keras_layers.h"
 #include "mirror/nn/layers.h"
 
 namespace mirror::nn {
@@ -125,10 +126,12 @@ Shape Dense::build(const Shape& input_shape, DType dtype, Device device, InitRng
   inner_ = input_shape.size() == 2 ? Shape{-1, in_} : Shape{in_};
   dtype_ = dtype;
   kernel_ = detail::make_parameter(
-      *this, "kernel", init::glorot_uniform({in_, units_}, in_, units_, dtype, device, rng));
+      *this, "kernel",
+      init::kernel(*this, "kernel", {in_, units_}, in_, units_, dtype, device, rng));
   // Backward's first product writes it (Note [First gradient write], layer.h).
   kernel_.overwrites_grad = true;
-  bias_ = detail::make_parameter(*this, "bias", init::zeros({units_}, dtype, device));
+  bias_ = detail::make_parameter(*this, "bias",
+                                 init::bias(*this, "bias", {units_}, dtype, device, rng));
   Shape out = input_shape;
   out.back() = units_;
   return out;
@@ -264,7 +267,8 @@ nlohmann::json ActivationLayer::config() const {
 
 // ---------------------------------------------------------------- Dropout
 
-Dropout::Dropout(double rate) : rate_(rate) {
+Dropout::Dropout(double rate, std::vector<std::int64_t> noise_shape, bool channels_last)
+    : rate_(rate), noise_shape_(std::move(noise_shape)), channels_last_(channels_last) {
   MIRROR_CHECK(rate >= 0.0 && rate < 1.0, InvalidArgument,
                "Dropout: rate must be in [0, 1), got " + std::to_string(rate));
 }
@@ -272,7 +276,38 @@ Dropout::Dropout(double rate) : rate_(rate) {
 Shape Dropout::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
   input_shape_ = input_shape;
   dtype_ = dtype;
+  if (!noise_shape_.empty()) mask_shape(input_shape);  // checks it
   return input_shape;
+}
+
+Shape Dropout::mask_shape(const Shape& s) const {
+  std::string given = "[";
+  for (std::size_t i = 0; i < noise_shape_.size(); ++i) {
+    given += (i ? ", " : "") +
+             (noise_shape_[i] < 0 ? std::string("None") : std::to_string(noise_shape_[i]));
+  }
+  given += "]";
+  const auto refuse = [&](const std::string& why) {
+    throw InvalidArgument(name() + " (dropout): noise_shape " + given + " " + why +
+                          " (the input is " + shape_str(s) + " per sample, NCHW for images)");
+  };
+  if (noise_shape_.size() != s.size() + 1) refuse("does not have the input's rank");
+  if (noise_shape_[0] >= 0) {
+    refuse("fixes the batch axis; Mirror draws each sample's mask on its own, so it must be None");
+  }
+  const std::vector<int> axes = keras_axes(s.size(), channels_last_);
+  Shape m = s;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    const auto axis = static_cast<std::size_t>(axes[i]);
+    const std::int64_t v = noise_shape_[i + 1];
+    if (v == 1) {
+      m[axis] = 1;
+    } else if (v >= 0 && v != s[axis] && s[axis] >= 0) {
+      refuse("has " + std::to_string(v) + " where the input has " + std::to_string(s[axis]) +
+             "; each dimension must be None, 1 or the input's");
+    }
+  }
+  return m;
 }
 
 std::uint64_t Dropout::layer_seed(std::uint64_t step_seed) const {
@@ -297,8 +332,22 @@ Tensor Dropout::forward(const Tensor& x, ForwardContext& ctx) {
   MIRROR_CHECK(ctx.sample_ids.defined(), InvalidArgument,
                name() + " (dropout): training needs ForwardContext::sample_ids (int64 [N]), " +
                    "which key the masks; set them from the batch");
-  return ops::dropout_forward(x, static_cast<float>(rate_), layer_seed(ctx.seed), ctx.sample_ids,
-                              mask_);
+  const Shape sample(x.shape().begin() + 1, x.shape().end());
+  const Shape m = noise_shape_.empty() ? sample : mask_shape(sample);
+  if (m == sample) {
+    return ops::dropout_forward(x, static_cast<float>(rate_), layer_seed(ctx.seed), ctx.sample_ids,
+                                mask_);
+  }
+  // The mask of the smaller shape, drawn as plain dropout draws it, spread over x.
+  Shape small = {x.dim(0)};
+  small.insert(small.end(), m.begin(), m.end());
+  Tensor ones = Tensor::empty(small, dtype_, x.device());
+  ops::fill(ones, 1.0);
+  Tensor unused;
+  mask_ = detail::broadcast_to(ops::dropout_forward(ones, static_cast<float>(rate_),
+                                                    layer_seed(ctx.seed), ctx.sample_ids, unused),
+                               x.shape());
+  return ops::multiply(x, mask_);
 }
 
 Tensor Dropout::backward(const Tensor& dy) {
@@ -306,7 +355,16 @@ Tensor Dropout::backward(const Tensor& dy) {
   return ops::dropout_backward(dy, mask_);
 }
 
-nlohmann::json Dropout::config() const { return {{"rate", rate_}}; }
+nlohmann::json Dropout::config() const {
+  nlohmann::json j = {{"rate", rate_}};
+  if (!noise_shape_.empty()) {
+    nlohmann::json ns = nlohmann::json::array();
+    for (auto d : noise_shape_) ns.push_back(d < 0 ? nlohmann::json() : nlohmann::json(d));
+    j["noise_shape"] = ns;
+    j["channels_last"] = channels_last_;
+  }
+  return j;
+}
 
 // ---------------------------------------------------------------- Embedding
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mirror/nn/cnn_layers.h"
+#include "mirror/nn/keras_layers.h"
 
 namespace mirror::nn {
 namespace {
@@ -33,12 +34,23 @@ void require_image(const Layer& layer, const Shape& s) {
 
 Shape Add::build_inputs(const std::vector<Shape>& shapes, const std::vector<std::string>& names,
                         DType, Device) {
+  broadcast_.clear();
+  output_shape_ = shapes[0];
   for (std::size_t i = 1; i < shapes.size(); ++i) {
-    if (shapes[i] != shapes[0])
-      merge_mismatch(*this, "inputs must have one shape", shapes, names, i);
+    if (shapes[i] == shapes[0]) continue;
+    bool ok = shapes[i].size() == shapes[0].size();
+    for (std::size_t d = 0; ok && d < shapes[0].size(); ++d) {
+      ok = shapes[i][d] == output_shape_[d] || shapes[i][d] == 1 || output_shape_[d] == 1;
+      if (ok) output_shape_[d] = std::max(output_shape_[d], shapes[i][d]);
+    }
+    if (!ok) {
+      merge_mismatch(*this, "inputs must have one shape (or sizes 1 to broadcast)", shapes, names,
+                     i);
+    }
+    broadcast_ = shapes;
   }
   count_ = shapes.size();
-  return shapes[0];
+  return output_shape_;
 }
 
 Tensor Add::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
@@ -49,10 +61,17 @@ Tensor Add::forward_inputs(const std::vector<Tensor>& xs, ForwardContext&) {
   output_block_ = 0;
   for (const Tensor& x : xs) {
     input_blocks_.push_back(ops::image_block(x));
-    if (blocked_output_allowed()) output_block_ = std::max(output_block_, input_blocks_.back());
+    // Broadcasting sums plain tensors.
+    if (blocked_output_allowed() && broadcast_.empty()) {
+      output_block_ = std::max(output_block_, input_blocks_.back());
+    }
   }
   std::vector<Tensor> in;
   for (const Tensor& x : xs) in.push_back(ops::blocked_image(x, output_block_));
+  if (!broadcast_.empty()) {
+    const Shape out = with_batch(xs[0].dim(0), output_shape_);
+    for (Tensor& x : in) x = detail::broadcast_to(x, out);
+  }
   Tensor y = ops::add_n(in, fuses_relu());
   relu_y_ = fuses_relu() ? y : Tensor();
   return y;
@@ -66,7 +85,10 @@ std::vector<Tensor> Add::backward_inputs(const Tensor& dy) {
   std::vector<Tensor> dxs;
   for (std::size_t i = 0; i < count_; ++i) {
     const std::int64_t block = i < input_blocks_.size() ? input_blocks_[i] : output_block_;
-    dxs.push_back(block == output_block_ ? g : ops::blocked_image(g, block));
+    // A broadcast input's gradient: summed over the axes it was repeated along.
+    const Tensor gi =
+        broadcast_.empty() ? g : detail::reduce_to(g, with_batch(g.dim(0), broadcast_[i]));
+    dxs.push_back(block == output_block_ ? gi : ops::blocked_image(gi, block));
   }
   return dxs;
 }

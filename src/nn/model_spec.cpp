@@ -148,9 +148,11 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
   const std::size_t first_new = spec.layers_.size();
   current_index = index;
   call_kwargs = json::object();
+  call_args = json::array();
   if (keras && entry.contains("inbound_nodes") && entry["inbound_nodes"].is_array() &&
       !entry["inbound_nodes"].empty() && entry["inbound_nodes"][0].is_object()) {
     call_kwargs = entry["inbound_nodes"][0].value("kwargs", json::object());
+    call_args = entry["inbound_nodes"][0].value("args", json::array());
   }
   Fields f(where(index, type), config);
   const std::string t = lower(type);
@@ -204,6 +206,7 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
        &ModelSpecParser::conv2d_transpose},
       {{"multiply"}, &ModelSpecParser::multiply},
       {{"subtract"}, &ModelSpecParser::subtract},
+      {{"divide", "truedivide", "true_divide"}, &ModelSpecParser::divide},
       {{"average"}, &ModelSpecParser::average},
       {{"maximum"}, &ModelSpecParser::maximum},
       {{"minimum"}, &ModelSpecParser::minimum},

@@ -1,5 +1,6 @@
 // ModelSpec::bind: fills what the data decides, checks what the spec states, and walks the
 // layer shapes so a mismatch is reported with the layer's index before anything is built.
+#include <algorithm>
 #include <map>
 
 #include "mirror/nn/models.h"
@@ -40,10 +41,13 @@ Shape merge_shape(const Walk& w, const std::string& type, const nlohmann::json& 
   for (std::size_t i = 1; i < shapes.size(); ++i) {
     bool ok = shapes[i].size() == out.size() && !out.empty();
     for (std::size_t d = 0; ok && d < out.size(); ++d) {
-      ok = (type == "concatenate" && d == axis) || shapes[i][d] == shapes[0][d];
+      // add broadcasts a size of 1 (nn/cnn_layers.h).
+      const bool broadcast = type == "add" && (shapes[i][d] == 1 || out[d] == 1);
+      ok = (type == "concatenate" && d == axis) || shapes[i][d] == out[d] || broadcast;
+      if (ok && type == "add") out[d] = std::max(out[d], shapes[i][d]);
     }
     if (!ok) {
-      w.fail(std::string(type == "add" ? "inputs must have one shape"
+      w.fail(std::string(type == "add" ? "inputs must have one shape (or sizes 1 to broadcast)"
                                        : "inputs must agree in every dimension but the channel "
                                          "axis") +
              ", but input '" + inputs[0].get<std::string>() + "' is " + shape_str(shapes[0]) +
@@ -322,6 +326,17 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
     } else if (type == "global_maxpool1d" || type == "global_avgpool1d") {
       w.expect_rank(s, 2, "sequences [T, C]", "");
       s = {s[1]};
+    } else if (type == "dropout" && l.contains("noise_shape")) {
+      // The layer checks its noise_shape against the input (nn/layers.h, Dropout).
+      std::unique_ptr<Layer> dropout = detail::make_canonical_layer(l);
+      dropout->set_name("dropout");
+      InitRng rng(0);
+      try {
+        dropout->build(s, DType::kFloat32, Device::cpu(), rng);
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what(), prefix = "dropout (dropout): ";
+        w.fail(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+      }
     }
     if (l.contains("name")) {
       shapes[l["name"].get<std::string>()] = s;

@@ -120,7 +120,14 @@ bool is_keras_merge(const std::string& type) {
   return merges.count(type) > 0;
 }
 
-std::optional<Shape> bind_keras_layer(const std::string& where, const json& l, const Shape& input) {
+std::optional<Shape> bind_keras_layer(const std::string& where, const json& given,
+                                      const Shape& input) {
+  // Note [Activations through the input]: a wrapper applies those; the shapes are the layer's.
+  json l = given;
+  if (l.contains("activation") && l["activation"].is_string() &&
+      input_activation(l["activation"].get<std::string>())) {
+    l["activation"] = "linear";
+  }
   std::unique_ptr<Layer> layer =
       make_keras_layer(l, [](const nlohmann::json& w) { return make_canonical_layer(w); });
   if (layer == nullptr || is_keras_merge(l["type"].get<std::string>())) return std::nullopt;

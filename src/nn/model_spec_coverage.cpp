@@ -36,7 +36,7 @@ const std::map<std::string, std::string>& partly() {
       {"Dense",
        "use_bias true only; features [F], sequences [T, F] (each step) and channels_last images "
        "(each pixel)"},
-      {"Dropout", "noise_shape null only"},
+      {"Dropout", "noise_shape's batch entry None (each sample's mask is its own)"},
       {"Embedding", "sparse false, no LoRA"},
       {"Masking", "mask_value 0 only; masks trailing padding"},
       {"GRU",
@@ -49,10 +49,9 @@ const std::map<std::string, std::string>& partly() {
       {"AveragePooling1D", "channels_last"},
       {"GlobalMaxPooling1D", "keepdims false; channels_last"},
       {"GlobalAveragePooling1D", "keepdims false; channels_last"},
-      {"GlobalAveragePooling2D", "keepdims false"},
       {"Activation",
-       "linear, relu, tanh, sigmoid, gelu (erf); softmax and sigmoid at the model's end "
-       "(folded into the loss)"},
+       "linear, relu, tanh, sigmoid, silu (swish), hard_silu (hard_swish), hard_sigmoid, gelu, "
+       "relu6, elu, leaky_relu; softmax and sigmoid at the model's end (folded into the loss)"},
       {"Attention", "score_mode dot only; masks of trailing padding (the sequence lengths)"},
       {"AdditiveAttention", "masks of trailing padding (the sequence lengths)"},
       {"MultiHeadAttention",

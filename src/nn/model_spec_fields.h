@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mirror/error.h"
+#include "mirror/nn/keras_ops_layers.h"
 #include "mirror/nn/layers.h"
 
 namespace mirror::nn::spec_fields {
@@ -211,10 +212,16 @@ inline std::string activation_field(Fields& f, const std::string& name,
                       "' is not a layer activation in Mirror: its losses take logits "
                       "(softmax-cross-entropy applies the softmax), so use \"linear\" here");
   }
+  // Note [Activations through the input] (nn/keras_ops_layers.h): silu, hard_silu, ...
+  if (a != "gelu_tanh") {
+    if (const auto post = input_activation(a)) return input_activation_name(*post);
+  }
   try {
     return activation_name(parse_activation(a));
   } catch (const InvalidArgument&) {
-    f.fail(field, "unsupported activation '" + a + "'; supported: linear, relu, tanh, sigmoid");
+    f.fail(field, "unsupported activation '" + a +
+                      "'; supported: linear, relu, tanh, sigmoid, silu (swish), hard_silu "
+                      "(hard_swish), hard_sigmoid, gelu, relu6, elu, leaky_relu");
   }
 }
 
@@ -244,17 +251,6 @@ inline void no_regularizers(Fields& f, const std::vector<std::string>& names) {
                                                                     : "quantization";
     f.require_null(n, std::string("Mirror has no ") + what);
   }
-}
-
-/// The fields of a layer with one kernel and one bias (Conv2D, Dense) that Mirror takes only at
-/// their defaults: a bias, Glorot-uniform kernel, zero bias, no regularizers or constraints.
-inline void kernel_and_bias_defaults(Fields& f, const std::string& layer,
-                                     bool bias_optional = false) {
-  if (!bias_optional) f.require_bool("use_bias", true, "Mirror's " + layer + " always has a bias");
-  f.initializer("kernel_initializer", "GlorotUniform");
-  f.initializer("bias_initializer", "Zeros");
-  no_regularizers(f, {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                      "kernel_constraint", "bias_constraint", "lora_rank", "quantization_config"});
 }
 
 }  // namespace mirror::nn::spec_fields

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mirror/nn/bidirectional.h"
+#include "nn/model_spec_initializers.h"
 #include "nn/model_spec_parser.h"
 
 namespace mirror::nn {
@@ -47,7 +48,7 @@ std::vector<json> ModelSpecParser::conv2d(Fields& f, bool keras) {
   const std::string padding = padding_field(f);
   const std::string act = activation_field(f, "activation", "linear");
   const bool use_bias = f.boolean("use_bias", "", true);
-  kernel_and_bias_defaults(f, "Conv2D", true);
+  const json inits = kernel_and_bias(f, "Conv2D", true);  // Note [Spec initializers]
   image_format(f, keras);
   f.finish({"batch_input_shape", "input_shape"});
   json j = {{"type", "conv2d"},
@@ -58,6 +59,7 @@ std::vector<json> ModelSpecParser::conv2d(Fields& f, bool keras) {
             {"activation", act}};
   if (!use_bias) j["use_bias"] = false;  // written only when false: older specs stay as they were
   if (groups != 1) j["groups"] = groups;  // likewise
+  j.update(inits);
   return {j};
 }
 
@@ -86,25 +88,50 @@ std::vector<json> ModelSpecParser::flatten(Fields& f, bool keras) {
 std::vector<json> ModelSpecParser::dense(Fields& f, bool) {
   const auto units = f.integer("units", "", 0, 1);
   const std::string act = activation_field(f, "activation", "linear");
-  kernel_and_bias_defaults(f, "Dense");
+  const json inits = kernel_and_bias(f, "Dense");  // Note [Spec initializers]
   const bool images = f.boolean("keras_channels_last", "", false);  // Note [Keras layers on ...]
   f.finish({"batch_input_shape", "input_shape"});
   json j = {{"type", "dense"}};
   if (units > 0) j["units"] = units;
   j["activation"] = act;
   if (images) j["keras_channels_last"] = true;
+  j.update(inits);
   return {j};
 }
 
-std::vector<json> ModelSpecParser::dropout(Fields& f, bool) {
+std::vector<json> ModelSpecParser::dropout(Fields& f, bool keras) {
   std::string field;
   if (!f.take("rate", "", &field)) f.fail("rate", "required (a number in [0, 1))");
   const double rate = f.number("rate", "", 0);
   if (!(rate >= 0 && rate < 1))
     f.fail("rate", "expected a number in [0, 1), got " + std::to_string(rate));
-  f.require_null("noise_shape", "Mirror drops elements independently");
+  // Keras's noise_shape (batch first, None or a size each): kept when some dimension is fixed;
+  // the layer checks the sizes against its input (nn/layers.h Dropout).
+  json noise_shape;
+  if (const json* v = f.take("noise_shape", "", &field)) {
+    bool ok = v->is_array() && v->size() >= 2 && v->size() <= 4 && (*v)[0].is_null();
+    bool fixed = false;
+    for (std::size_t i = 1; ok && i < v->size(); ++i) {
+      const json& d = (*v)[i];
+      ok = d.is_null() || (d.is_number_integer() && d.get<std::int64_t>() >= 1);
+      fixed = fixed || !d.is_null();
+    }
+    if (!ok) {
+      f.fail(field,
+             "expected [None, d1, ...] (2 to 4 entries, the batch's None, then None or a positive "
+             "size: 1 shares the mask along that axis), got " +
+                 v->dump());
+    }
+    if (fixed) noise_shape = *v;
+  }
+  const bool channels_last = f.boolean("channels_last", "", keras);
   f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "dropout"}, {"rate", rate}}};
+  json j = {{"type", "dropout"}, {"rate", rate}};
+  if (!noise_shape.is_null()) {
+    j["noise_shape"] = noise_shape;
+    j["channels_last"] = channels_last;
+  }
+  return {j};
 }
 
 std::vector<json> ModelSpecParser::embedding(Fields& f, bool) {
@@ -277,16 +304,14 @@ std::vector<json> ModelSpecParser::conv1d(Fields& f, bool) {
   if (f.integer("groups", "", 1, 1) != 1) f.fail("groups", "only 1 is supported");
   const std::string padding = padding_1d(f, true);
   const std::string act = activation_field(f, "activation", "linear");
-  kernel_and_bias_defaults(f, "Conv1D");
+  const json inits = kernel_and_bias(f, "Conv1D");  // Note [Spec initializers]
   sequence_format(f);
   f.finish({"batch_input_shape", "input_shape"});
-  return {{{"type", "conv1d"},
-           {"filters", filters},
-           {"kernel", kernel},
-           {"strides", stride},
-           {"dilation_rate", dilation},
-           {"padding", padding},
-           {"activation", act}}};
+  json j = {{"type", "conv1d"},  {"filters", filters},        {"kernel", kernel},
+            {"strides", stride}, {"dilation_rate", dilation}, {"padding", padding},
+            {"activation", act}};
+  j.update(inits);
+  return {j};
 }
 
 std::vector<json> ModelSpecParser::pool1d(Fields& f, const std::string& type) {
@@ -324,11 +349,13 @@ std::vector<json> ModelSpecParser::activation(Fields& f, bool) {
       return {*layer};
     }
   }
-  // GELU is an Activation layer only (its gradient needs the layer's input).
+  // GELU: the exact (erf) form, or Mirror's "approximate": true for the tanh form.
   if (given->is_string() && lower(given->get<std::string>()) == "gelu") {
-    f.require_bool("approximate", false, "Mirror's GELU is the exact (erf) form");
+    const bool approximate = f.boolean("approximate", "", false);
     f.finish({"batch_input_shape", "input_shape"});
-    return {{{"type", "activation"}, {"activation", "gelu"}}};
+    json j = {{"type", "activation"}, {"activation", "gelu"}};
+    if (approximate) j["approximate"] = true;
+    return {j};
   }
   const std::string act = activation_field(f, "activation", "linear");
   f.finish({"batch_input_shape", "input_shape"});
@@ -464,6 +491,7 @@ std::vector<json> ModelSpecParser::layer_normalization(Fields& f, bool) {
 }
 
 std::vector<json> ModelSpecParser::add(Fields& f, bool) {
+  if (auto scalar = scalar_operand(f, "add")) return {*scalar};  // Note [Scalar operands]
   f.finish();
   return {{{"type", "add"}}};
 }
@@ -476,10 +504,23 @@ std::vector<json> ModelSpecParser::concatenate(Fields& f, bool) {
   return {j};
 }
 
+namespace {
+
+/// keepdims: Keras's [N, 1, 1, C] (Mirror's [N, C, 1, 1]), the pooled [N, C] reshaped.
+json keepdims_reshape(const std::string& data_format) {
+  const bool last = data_format == "channels_last";
+  return {{"type", "reshape"},
+          {"target_shape", last ? json::array({1, 1, -1}) : json::array({-1, 1, 1})},
+          {"channels_last", last}};
+}
+
+}  // namespace
+
 std::vector<json> ModelSpecParser::global_average_pooling2d(Fields& f, bool keras) {
   image_format(f, keras);
-  f.require_bool("keepdims", false, "the output is [N, C]");
+  const bool keepdims = f.boolean("keepdims", "", false);
   f.finish({"batch_input_shape", "input_shape"});
+  if (keepdims) return {{{"type", "global_average_pooling2d"}}, keepdims_reshape(data_format)};
   return {{{"type", "global_average_pooling2d"}}};
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/model_spec_initializers.h"
 #include "nn/model_spec_parser.h"
 
 namespace mirror::nn {
@@ -115,9 +116,15 @@ std::vector<json> ModelSpecParser::up_sampling2d(Fields& f, bool keras) {
 
 std::vector<json> ModelSpecParser::global_max_pooling2d(Fields& f, bool keras) {
   image_format(f, keras);
-  f.require_bool("keepdims", false, "the output is [N, C]");
+  const bool keepdims = f.boolean("keepdims", "", false);
   f.finish(kShapeFields);
-  return {{{"type", "global_max_pooling2d"}}};
+  if (!keepdims) return {{{"type", "global_max_pooling2d"}}};
+  // Keras's [N, 1, 1, C]: the pooled [N, C] reshaped (as GlobalAveragePooling2D's keepdims).
+  const bool last = data_format == "channels_last";
+  return {{{"type", "global_max_pooling2d"}},
+          {{"type", "reshape"},
+           {"target_shape", last ? json::array({1, 1, -1}) : json::array({-1, 1, 1})},
+           {"channels_last", last}}};
 }
 
 std::vector<json> ModelSpecParser::spatial_dropout(Fields& f, bool keras, int rank) {
@@ -221,21 +228,27 @@ std::vector<json> ModelSpecParser::conv2d_transpose(Fields& f, bool keras) {
   const std::string padding = padding_field(f);
   const std::string act = activation_field(f, "activation", "linear");
   const bool use_bias = f.boolean("use_bias", "", true);
-  kernel_and_bias_defaults(f, "Conv2DTranspose", true);
+  const json inits = kernel_and_bias(f, "Conv2DTranspose", true);  // Note [Spec initializers]
   image_format(f, keras);
   f.finish(kShapeFields);
-  return {{{"type", "conv2d_transpose"},
-           {"filters", filters},
-           {"kernel", {w.kernel[0], w.kernel[1]}},
-           {"strides", {w.stride, w.stride}},
-           {"padding", padding},
-           {"activation", act},
-           {"use_bias", use_bias}}};
+  json j = {{"type", "conv2d_transpose"},
+            {"filters", filters},
+            {"kernel", {w.kernel[0], w.kernel[1]}},
+            {"strides", {w.stride, w.stride}},
+            {"padding", padding},
+            {"activation", act},
+            {"use_bias", use_bias}};
+  j.update(inits);
+  return {j};
 }
 
 // ---------------------------------------------------------------- merges
 
 std::vector<json> ModelSpecParser::merge(Fields& f, const char* type) {
+  const std::string t = type;
+  if (t == "multiply" || t == "subtract") {
+    if (auto scalar = scalar_operand(f, t)) return {*scalar};  // Note [Scalar operands]
+  }
   f.finish();
   return {{{"type", type}}};
 }
@@ -386,9 +399,16 @@ std::vector<json> ModelSpecParser::depthwise(Fields& f, bool keras, bool separab
   const std::string padding = padding_field(f);
   const std::string act = activation_field(f, "activation", "linear");
   const bool use_bias = f.boolean("use_bias", "", true);
-  f.initializer("depthwise_initializer", "GlorotUniform");
-  if (separable) f.initializer("pointwise_initializer", "GlorotUniform");
-  f.initializer("bias_initializer", "Zeros");
+  // Note [Spec initializers]: a depthwise kernel [C * m, 1, kh, kw] is no matrix of Keras's.
+  json inits = json::object();
+  const json depthwise_init = initializer_spec(f, "depthwise_initializer", "GlorotUniform", false);
+  if (!depthwise_init.is_null()) inits["depthwise_initializer"] = depthwise_init;
+  if (separable) {
+    const json pointwise_init = initializer_spec(f, "pointwise_initializer", "GlorotUniform");
+    if (!pointwise_init.is_null()) inits["pointwise_initializer"] = pointwise_init;
+  }
+  const json bias_init = initializer_spec(f, "bias_initializer", "Zeros", false);
+  if (!bias_init.is_null()) inits["bias_initializer"] = bias_init;
   no_regularizers(f, {"depthwise_regularizer", "pointwise_regularizer", "bias_regularizer",
                       "activity_regularizer", "depthwise_constraint", "pointwise_constraint",
                       "bias_constraint"});
@@ -402,6 +422,7 @@ std::vector<json> ModelSpecParser::depthwise(Fields& f, bool keras, bool separab
   j["depth_multiplier"] = multiplier;
   j["activation"] = act;
   j["use_bias"] = use_bias;
+  j.update(inits);
   return {j};
 }
 

@@ -168,6 +168,8 @@ struct ModelSpecParser {
   };
   Window window(Fields& f);
   std::vector<json> conv2d_transpose(Fields& f, bool keras);
+  /// Multiply, Subtract, Average, Maximum, Minimum (Multiply and Subtract with a number:
+  /// scalar_operand).
   std::vector<json> merge(Fields& f, const char* type);
   std::vector<json> multiply(Fields& f, bool) { return merge(f, "multiply"); }
   std::vector<json> subtract(Fields& f, bool) { return merge(f, "subtract"); }
@@ -186,6 +188,13 @@ struct ModelSpecParser {
   /// The functional node's keyword arguments of the layer being read (Keras 3 "kwargs": the
   /// attention layers' use_causal_mask); empty for other sources.
   json call_kwargs = json::object();
+  /// ... and its positional arguments (Keras 3 "args"); empty for other sources.
+  json call_args = json::array();
+  /// Note [Scalar operands] (model_spec_scalar_ops.cpp): the layer being read is Keras's x + c,
+  /// x - c, c - x, x * c or x / c (`op`: add, subtract, multiply, divide) with a number c among
+  /// its call arguments: the rescaling layer computing it; std::nullopt without a number.
+  std::optional<json> scalar_operand(Fields& f, const std::string& op);
+  std::vector<json> divide(Fields& f, bool);
   std::vector<json> attention(Fields& f, bool additive);
   std::vector<json> dot_attention(Fields& f, bool) { return attention(f, false); }
   std::vector<json> additive_attention(Fields& f, bool) { return attention(f, true); }

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "mirror/nn/bidirectional.h"
 #include "mirror/nn/cnn_layers.h"
 #include "mirror/nn/conv1d.h"
 #include "mirror/nn/image_channels.h"
+#include "mirror/nn/keras_ops_layers.h"
 #include "mirror/nn/layers.h"
 #include "mirror/nn/preprocessing.h"
 #include "mirror/nn/recurrent.h"
@@ -80,9 +82,10 @@ std::unique_ptr<Layer> make_preprocessing_layer(const json& l) {
   return nullptr;
 }
 
-/// One canonical layer (already validated by the parser and bind) as a Layer; `keras`: the
-/// model has Keras's masks (Note [Sequence masks]), whose embeddings have no padding row.
-std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
+std::unique_ptr<Layer> make_layer(const json& l, bool keras);
+
+/// make_layer without the spec's initializers and input activations.
+std::unique_ptr<Layer> make_plain_layer(const json& l, bool keras) {
   const std::string type = l["type"].get<std::string>();
   const auto inner = [keras](const json& wrapped) { return make_layer(wrapped, keras); };
   if (l.value("keras_channels_last", false)) {  // Note [Keras layers on image channels]
@@ -107,7 +110,14 @@ std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
   if (type == "dense") {
     return std::make_unique<Dense>(as_int(l["units"]), parse_activation(l["activation"]));
   }
-  if (type == "dropout") return std::make_unique<Dropout>(l["rate"].get<double>());
+  if (type == "dropout") {
+    std::vector<std::int64_t> noise_shape;
+    for (const json& d : l.value("noise_shape", json::array())) {
+      noise_shape.push_back(d.is_null() ? -1 : d.get<std::int64_t>());
+    }
+    return std::make_unique<Dropout>(l["rate"].get<double>(), noise_shape,
+                                     l.value("channels_last", false));
+  }
   if (type == "embedding") {
     return std::make_unique<Embedding>(l["input_dim"].get<std::int64_t>(), as_int(l["output_dim"]),
                                        !keras);
@@ -144,10 +154,45 @@ std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
   }
   if (type == "global_maxpool1d") return std::make_unique<GlobalPool1D>(ops::Pool1D::kMax);
   if (type == "global_avgpool1d") return std::make_unique<GlobalPool1D>(ops::Pool1D::kAverage);
-  if (type == "activation" && l["activation"] == "gelu") return ActivationLayer::gelu();
+  if (type == "activation" && l["activation"] == "gelu" && !l.value("approximate", false)) {
+    return ActivationLayer::gelu();
+  }
+  if (type == "activation") {
+    const std::string name = l["activation"] == "gelu" ? "gelu_tanh" : l["activation"];
+    if (auto f = input_activation(name)) return std::make_unique<ParametricActivation>(*f);
+  }
   if (type == "activation")
     return std::make_unique<ActivationLayer>(parse_activation(l["activation"]));
   throw InvalidArgument("make_model: unknown canonical layer " + l.dump());
+}
+
+/// One canonical layer (already validated by the parser and bind) as a Layer; `keras`: the
+/// model has Keras's masks (Note [Sequence masks]), whose embeddings have no padding row. The
+/// layer is told the spec's initializers (Note [Spec initializers], nn/init.h) and wrapped to
+/// apply an activation differentiated through its input (Note [Activations through the input],
+/// nn/keras_ops_layers.h).
+std::unique_ptr<Layer> make_layer(const json& l, bool keras) {
+  const std::string type = l["type"].get<std::string>();
+  std::optional<ops::Eltwise> post;
+  if (type != "activation" && l.contains("activation") && l["activation"].is_string()) {
+    post = input_activation(l["activation"].get<std::string>());
+  }
+  std::unique_ptr<Layer> layer;
+  if (post) {
+    json linear = l;
+    linear["activation"] = "linear";
+    layer = make_plain_layer(linear, keras);
+  } else {
+    layer = make_plain_layer(l, keras);
+  }
+  const std::string suffix = "_initializer";
+  for (const auto& [key, value] : l.items()) {
+    if (key.size() > suffix.size() && key.ends_with(suffix)) {
+      layer->set_initializer(key.substr(0, key.size() - suffix.size()), value);
+    }
+  }
+  if (post) return std::make_unique<ActivatedLayer>(std::move(layer), *post);
+  return layer;
 }
 
 }  // namespace

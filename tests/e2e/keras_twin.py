@@ -14,7 +14,8 @@ usage: keras_twin.py MODEL predict WEIGHTS X.npy OUT.npy   Keras's outputs (x NC
        keras_twin.py compare-weights TOL NAME GOT.h5 WANT.h5   the same for every layer variable
        keras_twin.py data KIND PREFIX N SEED               training arrays (KIND: images28, rows28,
                                                            words, words-full, images, rows, images345,
-                                                           unet, seq2seq, images12, mobilenet, seq86)
+                                                           unet, seq2seq, images12, mobilenet, seq86,
+                                                           images32)
        keras_twin.py --jobs FILE                           one of the above per line, one process
 MODEL is --keras FILE or --checkpoint FILE. Exit 1 when a job fails (each failure is printed)."""
 import json

@@ -113,8 +113,10 @@ class LayerNormalization : public Layer {
   std::vector<double> rstd_;
 };
 
-/// Element-wise sum of two or more inputs of one shape. A shape mismatch is an InvalidArgument
-/// at build naming both inputs and both shapes.
+/// Element-wise sum of two or more inputs of one shape, or of one rank with sizes that are equal
+/// or 1 in each dimension (an input of size 1 there is broadcast, as Keras's Add does, and its
+/// gradient summed over that axis). Another mismatch is an InvalidArgument at build naming both
+/// inputs and both shapes.
 class Add : public MergeLayer {
  public:
   std::string kind() const override { return "add"; }
@@ -131,6 +133,8 @@ class Add : public MergeLayer {
 
  private:
   std::size_t count_ = 0;
+  std::vector<Shape> broadcast_;  // each input's shape when some input is broadcast, else empty
+  Shape output_shape_;
   Tensor relu_y_;  // the sum after the fused ReLU: its mask for backward
   std::vector<std::int64_t> input_blocks_;  // each input's layout (image_block) in forward
   std::int64_t output_block_ = 0;

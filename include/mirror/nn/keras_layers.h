@@ -213,8 +213,10 @@ class Conv2DTranspose : public Layer {
   Tensor x_, y_;
 };
 
-/// Element-wise merges of inputs of one shape: Multiply (product), Subtract (exactly two: a - b),
-/// Average (mean).
+/// Element-wise merges: Multiply (product), Subtract (exactly two: a - b), Average (mean). The
+/// inputs have one rank and, in each dimension, one size or 1: an input of size 1 there is
+/// broadcast (Keras's rule, e.g. a squeeze-and-excitation gate [C, 1, 1] times the image
+/// [C, H, W]), and its gradient is summed over the axes it was broadcast along.
 class ElementwiseMerge : public MergeLayer {
  public:
   enum class Op { kMultiply, kSubtract, kAverage };
@@ -229,7 +231,9 @@ class ElementwiseMerge : public MergeLayer {
  private:
   Op op_;
   std::size_t count_ = 0;
-  std::vector<Tensor> xs_;  // Multiply's inputs, for its gradient
+  std::vector<Shape> shapes_;  // each input's shape per sample
+  Shape output_shape_;
+  std::vector<Tensor> xs_;  // Multiply's inputs (broadcast to the output's shape), for its gradient
 };
 
 namespace detail {
@@ -241,6 +245,15 @@ void require(const Layer& layer, bool ok, const std::string& what);
 /// An element-wise merge's inputs: one shape, named in the error otherwise.
 void require_one_shape(const Layer& layer, const std::vector<Shape>& shapes,
                        const std::vector<std::string>& names);
+/// The shape the inputs broadcast to: one rank, and in each dimension one size or 1 (then the
+/// largest); an InvalidArgument naming the inputs and their shapes otherwise.
+Shape broadcast_shape(const Layer& layer, const std::vector<Shape>& shapes,
+                      const std::vector<std::string>& names);
+/// x (at most 4-D) repeated along its dimensions of size 1 to `shape` (same rank; a copy, or x
+/// itself when it has that shape already).
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+/// broadcast_to's adjoint: g summed over the dimensions where `shape` has 1 and g does not.
+Tensor reduce_to(const Tensor& g, const Shape& shape);
 }  // namespace detail
 
 }  // namespace mirror::nn

@@ -1,10 +1,14 @@
 // defines: the Keras layers built on the ops of ops.h "Keras's layers" and on grouped
 // convolutions: the parametric activations (ReLU with max_value / negative_slope / threshold,
-// i.e. ReLU6; LeakyReLU; ELU), the merges Maximum and Minimum, DepthwiseConv2D and
+// i.e. ReLU6; LeakyReLU; ELU) and the activations differentiated through their input (silu,
+// hard_sigmoid, hard_silu, gelu), the layer that applies one of those after a Dense or a
+// convolution (ActivatedLayer), the merges Maximum and Minimum, DepthwiseConv2D and
 // SeparableConv2D.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +18,18 @@
 
 namespace mirror::nn {
 
-/// Note [Parametric activations] (ops.h): any input shape; the gradient reads the input.
+/// Note [Activations through the input]: the activations a spec names whose gradient needs the
+/// input (silu/swish, hard_sigmoid, hard_silu/hard_swish, gelu, and relu6, elu, leaky_relu): the
+/// function for canonical `name`, or std::nullopt for another name (linear, relu, tanh, sigmoid
+/// are ops::Activation's). Keras's aliases swish and hard_swish are read too.
+std::optional<ops::Eltwise> input_activation(const std::string& name);
+/// The canonical name of an input activation (silu, hard_sigmoid, hard_silu, gelu, gelu_tanh;
+/// relu, leaky_relu, elu for the parametric ones).
+std::string input_activation_name(const ops::Eltwise& f);
+
+/// Note [Parametric activations] (ops.h): any input shape; the gradient reads the input. Its
+/// kind is relu, leaky_relu or elu for Keras's layers of those names, and activation for the
+/// Activation layers of the other functions (silu, hard_sigmoid, hard_silu, gelu_tanh).
 class ParametricActivation : public Layer {
  public:
   explicit ParametricActivation(ops::Eltwise f);
@@ -30,6 +45,42 @@ class ParametricActivation : public Layer {
   Shape input_shape_;
   DType dtype_ = DType::kFloat32;
   Tensor x_;
+  std::vector<std::int32_t> lengths_;  // hard_sigmoid's sequence lengths (Note [Sequence masks])
+};
+
+/// Note [Activations through the input]
+/// Dense, Conv2D and the other layers with an `activation` apply relu, tanh and sigmoid
+/// themselves, differentiating through their output. The functions whose gradient needs the
+/// input (input_activation) are applied by this wrapper instead: the wrapped layer computes its
+/// linear part, the wrapper applies the function (ops::eltwise_forward) and keeps the
+/// pre-activation for backward. It is the model's layer in the wrapped one's place: kind, name,
+/// parameters and buffers are the wrapped layer's (so parameter names, checkpoints and Keras
+/// weights read as for the layer alone), and its config is the wrapped layer's with the
+/// activation. Blocked images pass through (the function is element-wise). With Mirror's own
+/// masks a function that is not 0 at 0 (hard_sigmoid) keeps sequences zero past their lengths,
+/// as the sigmoid activation does.
+class ActivatedLayer : public Layer {
+ public:
+  ActivatedLayer(std::unique_ptr<Layer> inner, ops::Eltwise f);
+  std::string kind() const override { return inner_->kind(); }
+  Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
+  Tensor forward(const Tensor& x, ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy) override;
+  std::vector<Parameter*> parameters() override { return inner_->parameters(); }
+  std::vector<Buffer*> buffers() override { return inner_->buffers(); }
+  nlohmann::json config() const override;
+  bool accepts_blocked_input() const override { return inner_->accepts_blocked_input(); }
+  Layer& inner() { return *inner_; }
+  const ops::Eltwise& function() const { return f_; }
+
+ private:
+  /// Hands the wrapper's flags and name to the wrapped layer.
+  void pass_flags();
+
+  std::unique_ptr<Layer> inner_;
+  ops::Eltwise f_;
+  Tensor z_;  // the pre-activation
+  std::vector<std::int32_t> lengths_;
 };
 
 /// Element-wise maximum (or minimum) of two or more inputs of one shape; the gradient goes to the

@@ -169,8 +169,19 @@ class Layer {
   void set_fuses_relu(bool fuses) { fuses_relu_ = fuses; }
   bool relu_done_by_producer() const { return relu_done_by_producer_; }
   void set_relu_done_by_producer(bool done) { relu_done_by_producer_ = done; }
+  /// Note [Spec initializers] (nn/init.h): the initializer a spec gives parameter `what`
+  /// ("kernel", "bias", "depthwise", "pointwise"), a canonical {"class_name", "config"}; set
+  /// before build, which draws it (init::kernel, init::bias). Null: the layer's own default.
+  void set_initializer(const std::string& what, nlohmann::json initializer) {
+    initializers_[what] = std::move(initializer);
+  }
+  const nlohmann::json& initializer(const std::string& what) const {
+    static const nlohmann::json none;
+    return initializers_.contains(what) ? initializers_[what] : none;
+  }
 
  private:
+  nlohmann::json initializers_ = nlohmann::json::object();
   std::string name_;
   bool input_grad_needed_ = true;
   bool blocked_output_allowed_ = false;

@@ -155,9 +155,18 @@ class ActivationLayer : public Layer {
 /// (ctx.seed mixed with a constant derived from this layer's name, ctx.sample_ids[n], element
 /// index), so it does not depend on which replica holds a sample. Training needs
 /// ctx.sample_ids (int64 [N]); its absence is an InvalidArgument.
+///
+/// `noise_shape` is Keras's (batch axis first, -1 for None; empty: none): the mask is drawn for
+/// the input's shape with a 1 wherever noise_shape has one, element indices counted in that
+/// smaller shape, and broadcast over those axes, so [None, 1, 1, 1] keeps or drops each sample
+/// whole (EfficientNet's stochastic depth) and a noise_shape of the input's own dimensions is
+/// plain dropout. `channels_last`: a rank-4 noise_shape counts an image's axes as Keras's
+/// [N, H, W, C] (Note [Channels-last layouts], nn/keras_layers.h). Each dimension must be None,
+/// 1 or the input's (its batch entry None: masks are per sample).
 class Dropout : public Layer {
  public:
-  explicit Dropout(double rate);
+  explicit Dropout(double rate, std::vector<std::int64_t> noise_shape = {},
+                   bool channels_last = false);
   std::string kind() const override { return "dropout"; }
   Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
   Tensor forward(const Tensor& x, ForwardContext& ctx) override;
@@ -167,7 +176,12 @@ class Dropout : public Layer {
   std::uint64_t layer_seed(std::uint64_t step_seed) const;
 
  private:
+  /// The per-sample shape of the mask for an input of per-sample shape `s` (Mirror's order).
+  Shape mask_shape(const Shape& s) const;
+
   double rate_;
+  std::vector<std::int64_t> noise_shape_;
+  bool channels_last_ = false;
   Shape input_shape_;
   DType dtype_ = DType::kFloat32;
   bool active_ = false;  // whether the last forward applied a mask
