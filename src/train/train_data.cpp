@@ -290,8 +290,7 @@ void check_normalization_values(const nn::ModelSpec& spec, const std::string& wh
   }
 }
 
-/// The spec bound to the training data (which it may view anew: binary labels), and the loss the
-/// run uses; a mismatch names the spec, the data and both values.
+/// Whether the run's loss is softmax cross-entropy (`auto`: class labels).
 bool cross_entropy_loss(const std::string& loss, const data::Dataset& train) {
   return loss == "auto" ? train.target_kind() == data::TargetKind::kClass
                         : dist::parse_loss(loss) == dist::LossKind::kSoftmaxCrossEntropy;
@@ -346,6 +345,9 @@ void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
   }
 }
 
+/// The spec bound to the training data (which it may view anew: binary labels, Keras's image
+/// layout, a wider head), and the loss the run uses; a mismatch names the spec, the data and both
+/// values.
 nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d,
                            std::string& loss) {
   nn::ModelSpec spec = load_spec(c, s);
