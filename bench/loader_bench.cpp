@@ -207,6 +207,8 @@ int main(int argc, char** argv) {
       "with --images: none | random-resized[=MIN,MAX] (mirror-train --crop)")(
       "flip", "with --images: mirror half the images (mirror-train --flip)")(
       "full-decode", "with --images: decode every JPEG whole (no reduced-scale decode)")(
+      "whole-image",
+      "with --images: decode the whole (reduced) JPEG, not only the region the crop reads")(
       "normalize", po::value(&normalize)->default_value("none"),
       "with --images: none | imagenet | MEAN,STD (mirror-train --normalize)")(
       "write-images", po::value(&write_dir),
@@ -255,6 +257,7 @@ int main(int argc, char** argv) {
     parse_normalize(normalize, image_options.photo);
     image_options.photo.flip = vm.count("flip") > 0;
     image_options.reduced_decode = vm.count("full-decode") == 0;
+    image_options.region_decode = vm.count("whole-image") == 0 && image_options.reduced_decode;
     const bool whole_batches = vm.count("whole-batches") > 0;
     if (own_work) {
       std::string tmpl = (fs::temp_directory_path() / "loader-bench-XXXXXX").string();
