@@ -17,6 +17,7 @@
 #include "data_test_util.h"
 #include "loader_test_util.h"
 #include "mirror/data/augment.h"
+#include "mirror/data/idx.h"
 #include "mirror/data/image_decode.h"
 #include "mirror/data/image_folder.h"
 #include "mirror/data/loader.h"
@@ -379,6 +380,66 @@ TEST(PhotoRecipe, ResampleFromTheSourceRegionEqualsTheWholeImages) {
                                         im.width, 3, box, out, out, flip, scale, bias, part.data()),
                  InvalidArgument);
   }
+}
+
+/// `jpeg` with an EXIF segment (APP1) after its SOI marker whose Orientation tag is `orientation`
+/// (6: the camera was turned 90 degrees clockwise), as phones write them.
+std::vector<std::uint8_t> with_exif_orientation(const std::vector<std::uint8_t>& jpeg,
+                                                int orientation) {
+  const std::vector<std::uint8_t> tiff = {
+      'M', 'M', 0, 42, 0, 0, 0, 8,  // big-endian TIFF header, first IFD at 8
+      0, 1,                          // one entry
+      0x01, 0x12, 0, 3, 0, 0, 0, 1,  // Orientation, SHORT, count 1
+      0, static_cast<std::uint8_t>(orientation), 0, 0,
+      0, 0, 0, 0};  // no next IFD
+  std::vector<std::uint8_t> app1 = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
+  app1.insert(app1.end(), tiff.begin(), tiff.end());
+  const std::size_t length = app1.size() - 2;
+  app1[2] = static_cast<std::uint8_t>(length >> 8);
+  app1[3] = static_cast<std::uint8_t>(length & 0xFF);
+  std::vector<std::uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
+  out.insert(out.end(), app1.begin(), app1.end());
+  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
+  return out;
+}
+
+TEST(PhotoRecipe, PhotographsAsCamerasAndEditorsWriteThem) {
+  const auto decoder = cpu_image_decoder();
+  // EXIF orientation is metadata Mirror does not apply, as torchvision's ImageFolder (PIL's
+  // open) and Keras's image_dataset_from_directory do not: the stored pixels, so a model sees
+  // what it would see there. The segment is read past, not mistaken for the frame.
+  const DecodedImage stored = textured(24, 40, 3);
+  const auto plain = encode_jpeg(stored, JpegEncoding{90, true, false});
+  const auto rotated = with_exif_orientation(plain, 6);
+  const ImageHeader h = read_image_header(rotated, "phone.jpg");
+  EXPECT_EQ(h.height, 24);
+  EXPECT_EQ(h.width, 40);
+  EXPECT_EQ(decoder->decode(rotated, "phone.jpg").pixels, decoder->decode(plain, "p.jpg").pixels);
+  EXPECT_EQ(decoder->decode_region(rotated, "phone.jpg", 2, {3, 4, 5, 6}).image.pixels,
+            decoder->decode_region(plain, "p.jpg", 2, {3, 4, 5, 6}).image.pixels);
+  // Progressive JPEGs decode as the baseline ones do (the same coefficients, another order).
+  const auto progressive = encode_jpeg(stored, JpegEncoding{90, true, true});
+  EXPECT_NE(progressive, plain);
+  EXPECT_EQ(decoder->decode(progressive, "prog.jpg").pixels, decoder->decode(plain, "p.jpg").pixels);
+  // 16-bit PNGs (tests/data/images/make_png16.py) keep each sample's high byte (PIL's convert
+  // would clip them).
+  const fs::path fixtures = fs::path(MIRROR_SOURCE_DIR) / "tests/data/images";
+  const DecodedImage rgb = decoder->decode(read_file_bytes((fixtures / "rgb16.png").string()), "rgb16.png");
+  ASSERT_EQ(rgb.channels, 3);
+  ASSERT_EQ(rgb.width, 5);
+  ASSERT_EQ(rgb.height, 3);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 5; ++x) {
+      const std::size_t at = static_cast<std::size_t>((y * 5 + x) * 3);
+      EXPECT_EQ(rgb.pixels[at], ((x * 13000 + y * 700) % 65536) >> 8) << x << "," << y;
+      EXPECT_EQ(rgb.pixels[at + 1], ((x * 300 + y * 21000) % 65536) >> 8) << x << "," << y;
+      EXPECT_EQ(rgb.pixels[at + 2], (65535 - x * 9000) >> 8) << x << "," << y;
+    }
+  const DecodedImage gray = decoder->decode(read_file_bytes((fixtures / "gray16.png").string()), "gray16.png");
+  ASSERT_EQ(gray.channels, 1);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 5; ++x)
+      EXPECT_EQ(gray.pixels[static_cast<std::size_t>(y * 5 + x)], ((x * 16000 + y * 5000 + 255) % 65536) >> 8);
 }
 
 /// Records the denominators asked of the CPU decoder.
