@@ -163,7 +163,7 @@ Result time_model(const bench::BenchModel& bm, Device device, int batch, int war
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::string models, spec_file, precision = "float32", images = "blocked", device_name = "cpu";
-  std::string profile_name = "host";
+  std::string profile_name = "host", tf32_flag = "on";
   int batch = 64, warmup = 3, steps = 20, threads = 1;
   bool profile = false;
   po::options_description opts(
@@ -189,6 +189,8 @@ int main(int argc, char** argv) {
       "convolutions' tensor-core math)")(
       "precision", po::value(&precision)->default_value(precision),
       "float32 | mixed_bfloat16 | mixed_float16 (the math mode of the products; no loss scaling)")(
+      "tf32", po::value(&tf32_flag)->default_value(tf32_flag),
+      "on | off: float32 products on the GPU's TF32 tensor cores (as mirror-train --tf32)")(
       "images", po::value(&images)->default_value(images),
       "blocked | plain | both: layers pass images in the convolutions' blocked layout (Note "
       "[Blocked images], mirror/ops.h), or every layer reads plain NCHW; both: two alternating "
@@ -226,6 +228,9 @@ int main(int argc, char** argv) {
   try {
     const Precision policy = parse_precision(precision);
     const MathMode mode = math_mode_of(policy);
+    MIRROR_CHECK(tf32_flag == "on" || tf32_flag == "off", InvalidArgument,
+                 "--tf32 must be on or off, got '" + tf32_flag + "'");
+    set_tf32(tf32_flag == "on");
     const Device device = device_name == "gpu" ? Device::cuda(0) : Device::cpu();
     const ops::MathSupport support = ops::math_support(device, mode);
     MIRROR_CHECK(support.missing.empty(), InvalidArgument, support.missing);

@@ -124,6 +124,8 @@ int run_train(int argc, char** argv) {
   add("compression", po::value(&o.compression)->default_value(o.compression), "none, fp16, bf16");
   add("precision", po::value(&o.precision)->default_value(o.precision),
       "float32, mixed_bfloat16 or mixed_float16, as mirror-train --precision");
+  add("tf32", po::value(&o.tf32)->default_value(o.tf32),
+      "on | off: float32 products on a GPU's TF32 tensor cores, as mirror-train --tf32");
   add("first-bucket-bytes", po::value(&first_bucket)->default_value(first_bucket),
       "cap of the first bucket");
   add("bucket-bytes", po::value(&bucket)->default_value(bucket), "cap of the other buckets");

@@ -11,6 +11,7 @@
 namespace mirror {
 namespace {
 std::atomic<MathMode> g_math_mode{MathMode::kFloat32};
+std::atomic<bool> g_tf32{false};
 std::atomic<std::uint64_t> g_generation{0};
 thread_local std::vector<const void*> t_constants;
 }  // namespace
@@ -46,6 +47,9 @@ MathMode math_mode_of(Precision p) {
   }
   return MathMode::kFloat32;
 }
+
+void set_tf32(bool allowed) { g_tf32 = allowed; }
+bool tf32() { return g_tf32.load(); }
 
 const char* math_mode_name(MathMode m) {
   switch (m) {

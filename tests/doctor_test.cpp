@@ -126,7 +126,7 @@ TEST(Doctor, UsableGpusOnePerRank) {
 }
 
 TEST(Doctor, MixedPrecisionSupportPerDevice) {
-  // GPUs: from the compute capability (bf16 tensor cores 8.0, fast fp16 7.0).
+  // GPUs: from the compute capability (bf16 and TF32 tensor cores 8.0, fast fp16 7.0).
   GpuReport g = gpus(3);
   g.devices[1].cc_major = 7;  // V100 / T4 class
   g.devices[2].cc_major = 6;  // P100 class
@@ -135,11 +135,11 @@ TEST(Doctor, MixedPrecisionSupportPerDevice) {
   const std::string text = render_text(diagnose(ranks, {}));
   EXPECT_TRUE(contains(text,
                        "compute capability 9.0, 80.0 GiB, PCI 0000:00:00.0; bf16 yes, fast "
-                       "fp16 yes"))
+                       "fp16 yes, TF32 for float32 yes"))
       << text;
   EXPECT_TRUE(contains(text,
                        "7.0, 80.0 GiB, PCI 0000:01:00.0; bf16 no (needs compute capability "
-                       "8.0), fast fp16 yes"))
+                       "8.0), fast fp16 yes, TF32 for float32 no (needs compute capability 8.0)"))
       << text;
   EXPECT_TRUE(contains(text, "fast fp16 no (needs compute capability 7.0)")) << text;
   // The CPU: from the backend; this machine's answer, whatever it is, in words.

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "mirror/distributed/runtime.h"
+#include "mirror/precision.h"
 #include "temp_dir.h"
 #include "train/trainer_impl.h"
 #include "train_task_testing.h"
@@ -121,6 +122,33 @@ TEST(TrainerTask, CheckpointTensorsAreTheSequentialsParameterNames) {
     EXPECT_TRUE(loaded->file.tensors.count(p->name)) << p->name;
   }
   EXPECT_EQ(loaded->file.metadata.at("mirror.model"), "blob mlp hidden 8");
+}
+
+TEST(TrainerTask, TheTf32SwitchFollowsTheConfig) {
+  // Note [TF32]: the library's default is exact float32; a trainer sets the process-wide switch
+  // from --tf32 (default on), which the CUDA kernels read; the CPU's results do not change.
+  set_tf32(false);
+  train::TrainConfig on = quiet_cpu_config();
+  EXPECT_EQ(on.tf32, "on");
+  train::Trainer with(runtime(), on, blob_task());
+  EXPECT_TRUE(tf32());
+  const train::FitSummary a = with.fit();
+  train::TrainConfig off = quiet_cpu_config();
+  off.tf32 = "off";
+  train::Trainer without(runtime(), off, blob_task());
+  EXPECT_FALSE(tf32());
+  const train::FitSummary b = without.fit();
+  EXPECT_EQ(a.train_loss, b.train_loss);
+  EXPECT_EQ(max_relative_difference(with.model(), without.model()), 0.0);
+  off.tf32 = "maybe";
+  try {
+    off.validate();
+    FAIL() << "--tf32 maybe was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--tf32 must be on or off, got 'maybe'"), std::string::npos)
+        << e.what();
+  }
+  set_tf32(false);
 }
 
 TEST(TrainerTask, BadTasksAreClearErrors) {

@@ -78,8 +78,10 @@ std::string gpu_precision_support(const GpuDevice& d) {
                                     ? " yes"
                                     : std::string(" no (needs compute capability ") + needs + ")");
   };
+  // Note [TF32]: the same tensor cores as bfloat16 (Ampere, 8.0), used by float32 unless --tf32 off.
   return one("bf16", MathMode::kBFloat16, "8.0") + ", " +
-         one("fast fp16", MathMode::kFloat16, "7.0");
+         one("fast fp16", MathMode::kFloat16, "7.0") + ", " +
+         one("TF32 for float32", MathMode::kBFloat16, "8.0");
 }
 
 namespace {

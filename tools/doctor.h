@@ -64,8 +64,8 @@ std::string render_text(const Diagnosis& diagnosis);
 /// This process's CPU: what --precision mixed_bfloat16 / mixed_float16 get (from the CPU
 /// backend's math_support).
 std::string cpu_precision_support();
-/// A GPU's mixed-precision support from its compute capability: "bf16 yes, fast fp16 yes" or
-/// what it lacks.
+/// A GPU's mixed-precision support from its compute capability: "bf16 yes, fast fp16 yes, TF32
+/// for float32 yes" or what it lacks.
 std::string gpu_precision_support(const GpuDevice& d);
 /// The same as JSON: {"mirror_version", "verdict": {"gpu", "text"}, "nodes": [...], "ranks":
 /// [...]}.

@@ -74,6 +74,8 @@ void check_train_bench_options(const TrainBenchOptions& o) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("--precision: ") + e.what());
   }
+  MIRROR_CHECK(o.tf32 == "on" || o.tf32 == "off", InvalidArgument,
+               "--tf32 must be on or off, got '" + o.tf32 + "'");
 }
 
 void check_train_bench_devices(const TrainBenchOptions& o) {
@@ -122,6 +124,7 @@ nlohmann::json row_to_json(const TrainBenchRow& r, const TrainBenchOptions& o) {
           {"overlap", o.overlap},
           {"compression", o.compression},
           {"precision", o.precision},
+          {"tf32", o.tf32},
           {"replicas_identical", r.replicas_identical},
           {"compute_only_efficiency", r.compute_only_efficiency},
           {"bucket_timings", bucket_timings_json(r)}};
@@ -249,6 +252,7 @@ int run_train_bench_worker(Runtime& rt, const TrainBenchOptions& o,
   const Device device = bench_device(rt, o);
   // A CPU without bfloat16 instructions, say, is an error naming what it lacks.
   check_precision_support(parse_precision(o.precision), {device});
+  set_tf32(o.tf32 == "on");  // Note [TF32]
   auto strategy = make_bench_strategy(rt, o, device);
   const auto pool = make_pool(o, rt.world_rank(), rt.world_size());
   TrainBenchRow row = time_steps(rt, *strategy, pool, o, device);
@@ -288,6 +292,8 @@ std::vector<std::string> train_bench_worker_args(const TrainBenchOptions& o,
                                    o.compression,
                                    "--precision",
                                    o.precision,
+                                   "--tf32",
+                                   o.tf32,
                                    "--devices",
                                    o.devices,
                                    "--first-bucket-bytes",
@@ -399,7 +405,8 @@ void print_table(const std::vector<TrainBenchRow>& rows, const TrainBenchOptions
       << o.batch_per_replica << " per replica, " << o.threads << " thread(s) per rank, " << o.steps
       << " steps (+" << o.warmup << " warm-up, best of " << o.rounds << " round(s)), overlap "
       << (o.overlap ? "on" : "off") << ", compression " << o.compression << ", precision "
-      << o.precision << "\n";
+      << o.precision << (o.precision == "float32" && o.tf32 == "off" ? " (--tf32 off)" : "")
+      << "\n";
   out << "replicas   step ms    mean ms   cpu ms   samples/s   scaling   "
          "exposed comm ms (% step)   fwd/bwd/opt ms        peak MiB   buckets (overlapped)"
       << (o.baseline ? "   no-comm ceiling" : "") << "\n";

@@ -39,6 +39,8 @@ struct TrainBenchOptions {
   std::string compression = "none";
   /// float32 | mixed_bfloat16 | mixed_float16, as mirror-train's --precision.
   std::string precision = "float32";
+  /// on | off, as mirror-train's --tf32 (Note [TF32], mirror/precision.h).
+  std::string tf32 = "on";
   /// Parent: also run each count > 1 with every rank training alone (no communication), which
   /// measures what the machine allows (shared memory bandwidth, caches) before any all-reduce.
   bool baseline = false;

@@ -125,6 +125,9 @@ po::options_description make_options() {
       "precision", po::value<std::string>(),
       "float32 | mixed_bfloat16 | mixed_float16: compute of convolution, dense and RNN products "
       "(master weights stay float32; default float32)")(
+      "tf32", po::value<std::string>(),
+      "on | off: float32 convolutions and matrix products on a GPU's TF32 tensor cores (Ampere "
+      "and newer; default on, as TensorFlow); off: exact float32")(
       "accumulation", po::value<int>(), "micro-batches per step (gradient accumulation)")(
       "on-oom", po::value<std::string>(),
       "split | fail: on out-of-memory, retry with micro-batches (default split)")(
@@ -224,6 +227,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("compression", c.compression);
   set("comm", c.comm);
   set("precision", c.precision);
+  set("tf32", c.tf32);
   set("augment", c.augment);
   set("accumulation", c.accumulation);
   set("divergence-check-every", c.divergence_check_every);

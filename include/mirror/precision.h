@@ -47,6 +47,16 @@ class ScopedMathMode {
   MathMode previous_;
 };
 
+/// Note [TF32]: on Ampere and newer GPUs float32 convolutions and matrix products may run on the
+/// TF32 tensor cores (operands rounded to 10-bit significands, float32 accumulation): several
+/// times faster, and what TensorFlow does by default for both, PyTorch for convolutions. Under
+/// the float32 policy the CUDA backend uses them when this process-wide switch is on. The
+/// library's default is off (exact float32 FMA math, what the tests comparing the GPU with the
+/// CPU need); mirror-train, step-bench and mirror-bench turn it on unless given --tf32 off. The
+/// mixed policies are not affected (bfloat16 allows TF32 anyway), nor is the CPU.
+void set_tf32(bool allowed);
+bool tf32();
+
 /// Note [Cast once per step]: a parameter is rounded to 16 bits once per step, not once per use
 /// (a GRU's recurrent kernel is used at every time step, forward and backward). A layer names the
 /// parameters it passes to ops as ConstantOperands for the duration of the call; a kernel may then

@@ -108,7 +108,9 @@ constexpr Dir kForward = kPlanForward, kBackwardData = kPlanBackwardData,
 ConvKey key(Dir dir, const ConvProblem& p) {
   // The math type changes which algorithms exist and how fast they are: one choice per mode;
   // and per group count (a depthwise problem has the shapes of a dense one).
-  return {dir + 3 * static_cast<int>(math_mode()) + 16 * p.groups,
+  // TF32 float32 (Note [TF32]) keys as a fourth mode.
+  const int mode = float32_on_tf32() ? 3 : static_cast<int>(math_mode());
+  return {dir + 3 * mode + 16 * p.groups,
           p.n,
           p.c,
           p.h,
@@ -175,7 +177,7 @@ MathAllowance allowed_math() {
     case MathMode::kFloat32:
       break;
   }
-  return {false, false};
+  return {tf32(), false};  // Note [TF32]
 }
 
 /// Sets the math type the next query or run of `d` uses.

@@ -24,6 +24,7 @@
 #include "cuda/check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/kernels.h"
+#include "cuda/math_type.h"
 #include "mirror/precision.h"
 
 namespace mirror::cuda {
@@ -49,15 +50,13 @@ void CudaKernels::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a
   }
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const MathMode mode = math_mode();
-  if (mode == MathMode::kFloat32) {
+  if (math_mode() == MathMode::kFloat32 && !tf32()) {
     MIRROR_CUBLAS_CHECK(
         cublasSgemm(op.ctx().cublas(), ob, oa, n, m, k, &al, pb, ldb, pa, lda, &be, pc, n));
     return;
   }
-  // Note [GPU mixed precision]: float32 in and out, 16-bit tensor-core products inside.
-  const cublasComputeType_t compute =
-      mode == MathMode::kBFloat16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+  // Note [GPU mixed precision]: float32 in and out, 16-bit (or TF32) tensor-core products inside.
+  const cublasComputeType_t compute = cublas_compute_type();
   MIRROR_CUBLAS_CHECK(cublasGemmEx(op.ctx().cublas(), ob, oa, n, m, k, &al, pb, CUDA_R_32F, ldb, pa,
                                    CUDA_R_32F, lda, &be, pc, CUDA_R_32F, n, compute,
                                    CUBLAS_GEMM_DEFAULT));

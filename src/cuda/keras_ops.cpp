@@ -6,6 +6,7 @@
 #include "cuda/check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/keras_ops_kernels.h"
+#include "cuda/math_type.h"
 #include "mirror/precision.h"
 
 namespace mirror::cuda {
@@ -50,10 +51,7 @@ void CudaKernels::batched_gemm(bool trans_a, bool trans_b, double alpha, const T
   const long long sa = a.dim(1) * a.dim(2), sb = b.dim(1) * b.dim(2), sc = c.dim(1) * c.dim(2);
   const cublasOperation_t ob = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const MathMode mode = math_mode();
-  const cublasComputeType_t compute = mode == MathMode::kBFloat16  ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                      : mode == MathMode::kFloat16 ? CUBLAS_COMPUTE_32F_FAST_16F
-                                                                   : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = cublas_compute_type();
   // Row-major C_i = op(A_i) op(B_i) as column-major C_i^T = op(B_i)^T op(A_i)^T (dense.cpp).
   MIRROR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(op.ctx().cublas(), ob, oa, n, m, k, &al,
                                                  f32(b, name), CUDA_R_32F, ldb, sb, f32(a, name),

@@ -225,6 +225,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     runtime.check_same_across_ranks("model description", task.model_description);
   });
 
+  set_tf32(config.tf32 == "on");  // Note [TF32]: read by the CUDA kernels, from the first step
   agree_on_setup(runtime, [&] {  // before any replica is built
     check_parameter_memory();
     precision_notes =
@@ -284,7 +285,16 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
 
 void Trainer::Impl::log_precision() {
   const Precision p = parse_precision(config.precision);
-  if (p == Precision::kFloat32) return;
+  if (p == Precision::kFloat32) {
+    const auto& devices = strategy->devices();
+    if (std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); }))
+      progress.message(config.tf32 == "on"
+                           ? "[mirror] precision float32: convolutions and matrix products on "
+                             "the GPU's TF32 tensor cores where it has them (Ampere and newer, as "
+                             "TensorFlow does); --tf32 off for exact float32"
+                           : "[mirror] precision float32: exact float32 on the GPU (--tf32 off)");
+    return;
+  }
   std::string line = std::string("[mirror] precision ") + precision_name(p) + ": convolution, " +
                      "dense and RNN products in " + math_mode_name(math_mode_of(p)) +
                      " with float32 accumulation; float32 master weights, loss, softmax, "

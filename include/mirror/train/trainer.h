@@ -97,6 +97,9 @@ struct TrainConfig {
   std::string comm = "auto";         // GPU transport: auto | nccl | mpi (dist::DeviceComm)
   // float32 | mixed_bfloat16 | mixed_float16 (Note [Mixed precision], mirror/precision.h)
   std::string precision = "float32";
+  /// on | off: float32 convolutions and matrix products on a GPU's TF32 tensor cores (Note
+  /// [TF32], mirror/precision.h); off keeps exact float32.
+  std::string tf32 = "on";
   int accumulation = 1;
   bool on_oom_split = true;
   int divergence_check_every = 100;
