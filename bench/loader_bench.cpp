@@ -30,6 +30,7 @@
 #include "mirror/data/npy.h"
 #include "mirror/data/photo_transforms.h"
 #include "mirror/data/synthetic.h"
+#include "mirror/data/tar_shards.h"
 #include "mirror/data/words.h"
 #include "mirror/error.h"
 
@@ -122,7 +123,7 @@ std::shared_ptr<const Dataset> stored_dataset(const std::string& name, const fs:
                                               const std::string& data_dir,
                                               const std::string& images,
                                               const ImageFolderOptions& image_options) {
-  if (name == "images" && !images.empty()) return load_image_folder(images, image_options);
+  if (name == "images" && !images.empty()) return load_image_input(images, image_options);
   const fs::path marker = work / (name + ".done");
   if (!fs::exists(marker)) {
     const auto [x, y] = fashion_arrays(data_dir, Split::kTrain);
