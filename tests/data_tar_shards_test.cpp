@@ -43,7 +43,9 @@ class TarWriter {
     }
     body(data);
   }
-  void text(const std::string& name, const std::string& s) { file(name, Bytes(s.begin(), s.end())); }
+  void text(const std::string& name, const std::string& s) {
+    file(name, Bytes(s.begin(), s.end()));
+  }
   /// A regular file named by a pax extended header's path record (the header's own name differs).
   void pax_file(const std::string& name, const Bytes& data) {
     std::string record = " path=" + name + "\n";
@@ -64,7 +66,8 @@ class TarWriter {
   const Bytes& so_far() const { return bytes_; }
 
  private:
-  void header(const std::string& name, std::size_t size, char type, const std::string& prefix = "") {
+  void header(const std::string& name, std::size_t size, char type,
+              const std::string& prefix = "") {
     std::uint8_t h[512] = {};
     std::memcpy(h, name.data(), std::min<std::size_t>(name.size(), 100));
     std::snprintf(reinterpret_cast<char*>(h + 100), 8, "%07o", 0644);
@@ -73,7 +76,10 @@ class TarWriter {
     std::snprintf(reinterpret_cast<char*>(h + 124), 12, "%011o", static_cast<unsigned>(size));
     std::snprintf(reinterpret_cast<char*>(h + 136), 12, "%011o", 0);
     h[156] = static_cast<std::uint8_t>(type);
-    std::memcpy(h + 257, "ustar\0" "00", 8);
+    std::memcpy(h + 257,
+                "ustar\0"
+                "00",
+                8);
     std::memcpy(h + 345, prefix.data(), std::min<std::size_t>(prefix.size(), 155));
     std::memset(h + 148, ' ', 8);
     unsigned sum = 0;
@@ -91,8 +97,8 @@ class TarWriter {
 DecodedImage pattern(int h, int w, int c, int seed) {
   DecodedImage im{h, w, c, std::vector<std::uint8_t>(static_cast<std::size_t>(h * w * c))};
   for (std::size_t i = 0; i < im.pixels.size(); ++i)
-    im.pixels[i] = static_cast<std::uint8_t>((i * 37 + static_cast<std::size_t>(seed) * 101 +
-                                              (i / 7) * (i % 5)) % 256);
+    im.pixels[i] = static_cast<std::uint8_t>(
+        (i * 37 + static_cast<std::size_t>(seed) * 101 + (i / 7) * (i % 5)) % 256);
   return im;
 }
 
@@ -130,9 +136,9 @@ std::vector<float> decoded(const Dataset& ds, std::int64_t i, std::uint64_t seed
 TEST_F(TarShardsTest, ShardsOfAFolderAreTheSameSamplesLabelsAndPixels) {
   // Three classes, JPEG and PNG, one file nested; the shards hold them in the folder's order,
   // split over two shards, labelled by index in one set and by name in the other.
-  const std::vector<std::pair<std::string, int>> files = {
-      {"cat/0.jpg", 0}, {"cat/1.png", 0}, {"dog/deep/x.jpg", 1}, {"dog/y.png", 1},
-      {"eel/z.jpg", 2}, {"eel/zz.jpg", 2}};
+  const std::vector<std::pair<std::string, int>> files = {{"cat/0.jpg", 0},      {"cat/1.png", 0},
+                                                          {"dog/deep/x.jpg", 1}, {"dog/y.png", 1},
+                                                          {"eel/z.jpg", 2},      {"eel/zz.jpg", 2}};
   const std::vector<std::string> names = {"cat", "dog", "eel"};
   std::vector<Sample> samples;
   int seed = 0;
@@ -141,11 +147,12 @@ TEST_F(TarShardsTest, ShardsOfAFolderAreTheSameSamplesLabelsAndPixels) {
     const bool png = rel.ends_with(".png");
     const Bytes bytes = png ? encode_png(im) : encode_jpeg(im, 90);
     put("folder/" + rel, bytes);
-    samples.push_back({rel.substr(0, rel.size() - 4), png ? ".png" : ".jpg", bytes,
-                       std::to_string(label)});
+    samples.push_back(
+        {rel.substr(0, rel.size() - 4), png ? ".png" : ".jpg", bytes, std::to_string(label)});
   }
   std::vector<Sample> named = samples;
-  for (std::size_t i = 0; i < named.size(); ++i) named[i].label = names[static_cast<std::size_t>(files[i].second)];
+  for (std::size_t i = 0; i < named.size(); ++i)
+    named[i].label = names[static_cast<std::size_t>(files[i].second)];
   shard("ints/a-0.tar", {samples.begin(), samples.begin() + 4});
   shard("ints/a-1.tar", {samples.begin() + 4, samples.end()});
   shard("names/a-0.tar", {named.begin(), named.begin() + 3});
@@ -179,7 +186,8 @@ TEST_F(TarShardsTest, ShardsOfAFolderAreTheSameSamplesLabelsAndPixels) {
       }
     }
     EXPECT_NE(ints->describe().find("6 images in 2 tar shard(s) (4 JPEG, 2 PNG), 3 classes"),
-              std::string::npos) << ints->describe();
+              std::string::npos)
+        << ints->describe();
     EXPECT_EQ(image_file_of(*ints, 2), p("ints/a-0.tar") + ":dog/deep/x.jpg");
     EXPECT_EQ(image_file_of(*ints, 5), p("ints/a-1.tar") + ":eel/zz.jpg");
   }
@@ -200,9 +208,10 @@ TEST_F(TarShardsTest, ShardsOfAFolderAreTheSameSamplesLabelsAndPixels) {
   const auto resumed = test::run_epochs(load_image_input(p("ints"), o), 2, lo, 1, 1, 1);
   ASSERT_EQ(resumed.ids.size(), 4u);
   EXPECT_EQ(resumed.ids, std::vector<std::int64_t>(folder.ids.end() - 4, folder.ids.end()));
-  EXPECT_EQ(resumed.inputs,
-            std::vector<float>(folder.inputs.end() - static_cast<std::ptrdiff_t>(resumed.inputs.size()),
-                               folder.inputs.end()));
+  EXPECT_EQ(
+      resumed.inputs,
+      std::vector<float>(folder.inputs.end() - static_cast<std::ptrdiff_t>(resumed.inputs.size()),
+                         folder.inputs.end()));
 }
 
 TEST_F(TarShardsTest, HeadersLongNamesPaxPathsAndUstarPrefixes) {
@@ -210,15 +219,15 @@ TEST_F(TarShardsTest, HeadersLongNamesPaxPathsAndUstarPrefixes) {
   const Bytes png = encode_png(pattern(6, 5, 1, 1));
   TarWriter w;
   w.directory("top/");
-  w.file(deep + ".png", png);                      // GNU long name
+  w.file(deep + ".png", png);  // GNU long name
   w.text(deep + ".cls", "1");
   w.file("pre/" + std::string(110, 'p') + "/k.png", png, true);  // ustar prefix
   w.text("pre/" + std::string(110, 'p') + "/k.cls", "0");
-  w.pax_file("pax/sample.with.dots.png", png);     // pax path; extension "with.dots.png"
+  w.pax_file("pax/sample.with.dots.png", png);  // pax path; extension "with.dots.png"
   w.text("pax/sample.cls", "1");
-  w.text("./dot/s.png.json", "{}");                // another extension: passed over
+  w.text("./dot/s.png.json", "{}");  // another extension: passed over
   w.pax_file("pax/q.png", png);
-  w.text("./pax/q.cls", " 1\n");                   // "./" dropped, whitespace trimmed
+  w.text("./pax/q.cls", " 1\n");  // "./" dropped, whitespace trimmed
   const std::string path = put("t.tar", w.finish());
   const auto members = list_tar_members(path);
   ASSERT_EQ(members.size(), 9u);
@@ -252,7 +261,8 @@ TEST_F(TarShardsTest, HeadersLongNamesPaxPathsAndUstarPrefixes) {
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[0].find("passed over 2 member(s)"), std::string::npos) << notes[0];
   EXPECT_NE(notes[1].find("left out 1 sample(s) without a label or without an image"),
-            std::string::npos) << notes[1];
+            std::string::npos)
+      << notes[1];
 }
 
 TEST_F(TarShardsTest, IntegerAndNamedClassesAndTheTestSplit) {
@@ -335,9 +345,9 @@ TEST_F(TarShardsTest, BadShardsAreNamedWithTheShardAndMember) {
   unlabelled.file("c.png", png);
   unlabelled.text("c.cls", "0");
   put("unlabelled.tar", unlabelled.finish());
-  expect_data_error([&] { load_tar_shards(p("unlabelled.tar")); },
-                    {"unlabelled.tar: the image b.png has no label member (b.cls)",
-                     "--skip-bad-samples"});
+  expect_data_error(
+      [&] { load_tar_shards(p("unlabelled.tar")); },
+      {"unlabelled.tar: the image b.png has no label member (b.cls)", "--skip-bad-samples"});
   TarWriter orphan;
   orphan.text("a.cls", "0");
   put("orphan.tar", orphan.finish());
@@ -389,7 +399,8 @@ TEST_F(TarShardsTest, TheShardSetAPathNames) {
   shard("set/a.tar", {{"a", ".png", png, "0"}});
   put("set/readme.txt", {'h', 'i'});
   EXPECT_EQ(tar_shard_files(p("set")), (std::vector<std::string>{p("set/a.tar"), p("set/b.tar")}));
-  EXPECT_EQ(tar_shard_files(p("set/*.tar")), (std::vector<std::string>{p("set/a.tar"), p("set/b.tar")}));
+  EXPECT_EQ(tar_shard_files(p("set/*.tar")),
+            (std::vector<std::string>{p("set/a.tar"), p("set/b.tar")}));
   EXPECT_EQ(tar_shard_files(p("set/b.tar")), (std::vector<std::string>{p("set/b.tar")}));
   EXPECT_TRUE(is_tar_shards(p("set")));
   EXPECT_TRUE(is_tar_shards(p("set/b.tar")));

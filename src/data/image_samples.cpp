@@ -110,8 +110,8 @@ void ImageSamples::check_headers() {
         headers[k].channels != first->channels) {
       errors[k] = sample_name(i) + " is " + (headers[k].channels == 1 ? "grayscale" : "RGB") +
                   " but the first image, " +
-                  sample_name(static_cast<std::int64_t>(first - headers.data())) +
-                  ", is " + (first->channels == 1 ? "grayscale" : "RGB") +
+                  sample_name(static_cast<std::int64_t>(first - headers.data())) + ", is " +
+                  (first->channels == 1 ? "grayscale" : "RGB") +
                   ": an image of another mode; pass --color grayscale or --color rgb to convert "
                   "every image to one mode";
     }
@@ -134,13 +134,13 @@ void ImageSamples::check_headers() {
   if (!bad_.empty()) {
     notes_.push_back(std::to_string(bad_.size()) +
                      " image(s) failed the header check and are replaced by the next good one "
-                     "(--skip-bad-samples); the first: " + bad_.begin()->second);
+                     "(--skip-bad-samples); the first: " +
+                     bad_.begin()->second);
   }
-  description_ = root_ + ": " + what_it_holds() + " (" + std::to_string(jpeg) +
-                 " JPEG, " + std::to_string(png) + " PNG), " + std::to_string(classes_.size()) +
-                 " classes, " + (channels_ == 1 ? "grayscale " : "RGB ") +
-                 std::to_string(height_) + "x" + std::to_string(width_) + ", decoded by " +
-                 options_.decoder->name();
+  description_ = root_ + ": " + what_it_holds() + " (" + std::to_string(jpeg) + " JPEG, " +
+                 std::to_string(png) + " PNG), " + std::to_string(classes_.size()) + " classes, " +
+                 (channels_ == 1 ? "grayscale " : "RGB ") + std::to_string(height_) + "x" +
+                 std::to_string(width_) + ", decoded by " + options_.decoder->name();
   const PhotoRecipe& p = options_.photo;
   if (!p.enabled()) return;
   MIRROR_CHECK(options_.height > 0 && options_.width > 0, InvalidArgument,
@@ -180,7 +180,8 @@ std::optional<double> ImageSamples::input_bound() const {
 }
 
 DecodedImage ImageSamples::decode_bytes(std::int64_t index, const std::string& file,
-                                     std::span<const std::uint8_t> bytes, int denominator) const {
+                                        std::span<const std::uint8_t> bytes,
+                                        int denominator) const {
   const std::string where = " (sample " + std::to_string(index) + ")";
   DecodedImage image = bad_sample_on_error(
       index, [&] { return options_.decoder->decode_reduced(bytes, file, denominator); });
@@ -194,7 +195,7 @@ DecodedImage ImageSamples::decode_bytes(std::int64_t index, const std::string& f
 }
 
 void ImageSamples::decode_float_drawn(std::int64_t index, std::uint64_t seed, int epoch,
-                                    float* dst) const {
+                                      float* dst) const {
   check_not_bad(index);
   if (options_.photo.enabled()) return decode_photo(index, seed, epoch, dst);
   const std::string file = sample_name(index);
@@ -206,7 +207,7 @@ void ImageSamples::decode_float_drawn(std::int64_t index, std::uint64_t seed, in
 }
 
 void ImageSamples::decode_photo(std::int64_t index, std::uint64_t seed, int epoch,
-                              float* dst) const {
+                                float* dst) const {
   const std::string file = sample_name(index);
   const std::vector<std::uint8_t> bytes =
       bad_sample_on_error(index, [&] { return read_sample(index, kWhole); });
@@ -222,10 +223,9 @@ void ImageSamples::decode_photo(std::int64_t index, std::uint64_t seed, int epoc
     if (p.random_resized_crop) box = random_resized_crop(header.height, header.width, p, rng);
     flip = p.flip && (rng() >> 63) != 0;
   }
-  const int denominator =
-      header.format == ImageFormat::kJpeg && options_.reduced_decode
-          ? reduced_denominator(box, out_h, out_w)
-          : 1;
+  const int denominator = header.format == ImageFormat::kJpeg && options_.reduced_decode
+                              ? reduced_denominator(box, out_h, out_w)
+                              : 1;
   DecodedImage image = decode_bytes(index, file, bytes, denominator);
   if (image.width != header.width || image.height != header.height) {
     // A reduced decode: pixel i covers source pixels [i * d, i * d + d).
@@ -242,8 +242,8 @@ void ImageSamples::decode_photo(std::int64_t index, std::uint64_t seed, int epoc
     scale[k] = static_cast<float>(1.0 / (divisor * sd));
     bias[k] = static_cast<float>(-mean / sd);
   }
-  resample_to_chw(image.pixels.data(), image.height, image.width, image.channels, box, out_h,
-                  out_w, flip, scale, bias, dst);
+  resample_to_chw(image.pixels.data(), image.height, image.width, image.channels, box, out_h, out_w,
+                  flip, scale, bias, dst);
 }
 
 }  // namespace mirror::data::detail

@@ -37,8 +37,7 @@ std::vector<std::uint8_t> ReadOnlyFile::read_at(std::uint64_t offset, std::size_
   std::vector<std::uint8_t> out(count);
   std::size_t got = 0;
   while (got < count) {
-    const ssize_t n = ::pread(fd_, out.data() + got, count - got,
-                              static_cast<off_t>(offset + got));
+    const ssize_t n = ::pread(fd_, out.data() + got, count - got, static_cast<off_t>(offset + got));
     if (n < 0 && errno == EINTR) continue;
     MIRROR_CHECK(n >= 0, DataError,
                  "cannot read " + path_ + " at byte " + std::to_string(offset + got) + ": " +
@@ -151,19 +150,17 @@ std::vector<TarMember> list_tar_members(const std::string& path) {
   const detail::ReadOnlyFile file(path);
   const std::uint64_t end = file.size();
   std::vector<TarMember> out;
-  std::optional<std::string> long_name;     // from a GNU 'L' or a pax 'x' header, for the next
-  std::uint64_t pax_size = 0;               // member only
+  std::optional<std::string> long_name;  // from a GNU 'L' or a pax 'x' header, for the next
+  std::uint64_t pax_size = 0;            // member only
   bool has_pax_size = false;
   std::uint64_t at = 0;
   const auto after = [&] {
-    return out.empty() ? std::string("at the start")
-                       : "after the member " + out.back().name;
+    return out.empty() ? std::string("at the start") : "after the member " + out.back().name;
   };
   for (;;) {
     MIRROR_CHECK(at + kBlock <= end, DataError,
                  path + " ends at byte " + std::to_string(end) + " " +
-                     (at >= end ? "without the end-of-archive block"
-                                : "inside a 512-byte header") +
+                     (at >= end ? "without the end-of-archive block" : "inside a 512-byte header") +
                      " (" + after() + "): the tar is truncated; copy or write it again");
     const std::vector<std::uint8_t> block = file.read_at(at, kBlock);
     MIRROR_CHECK(block.size() == kBlock, DataError, path + " shrank while it was read");
@@ -178,22 +175,22 @@ std::vector<TarMember> list_tar_members(const std::string& path) {
                  path + ": the header at byte " + std::to_string(at) +
                      " has a malformed size field: the file is corrupt");
     const char type = static_cast<char>(b[156]);
-    const std::uint64_t size = type == 'x' || type == 'g' || type == 'L' || type == 'K' || !has_pax_size
-                                   ? *header_size
-                                   : pax_size;
+    const std::uint64_t size =
+        type == 'x' || type == 'g' || type == 'L' || type == 'K' || !has_pax_size ? *header_size
+                                                                                  : pax_size;
     std::string name = field(b, 0, 100);
     if (std::memcmp(b + 257, "ustar\0", 6) == 0 && b[345] != 0)
       name = field(b, 345, 155) + "/" + name;
     const std::uint64_t data = at + kBlock;
     MIRROR_CHECK(size <= end && data <= end - size, DataError,
-                 path + ": the member " + strip_dot_slash(long_name.value_or(name)) + " (header at byte " + std::to_string(at) +
-                     ") has " + std::to_string(size) + " bytes but the file ends " +
-                     std::to_string(end - data) +
+                 path + ": the member " + strip_dot_slash(long_name.value_or(name)) +
+                     " (header at byte " + std::to_string(at) + ") has " + std::to_string(size) +
+                     " bytes but the file ends " + std::to_string(end - data) +
                      " bytes after its header: the tar is truncated; copy or write it again");
     if (type == 'L' || type == 'x') {
       MIRROR_CHECK(size <= (type == 'L' ? kMaxLongName : kMaxPax), DataError,
-                   path + ": the " + (type == 'L' ? "GNU long name" : "pax header") +
-                       " at byte " + std::to_string(at) + " is " + std::to_string(size) +
+                   path + ": the " + (type == 'L' ? "GNU long name" : "pax header") + " at byte " +
+                       std::to_string(at) + " is " + std::to_string(size) +
                        " bytes, more than a name needs: the file is corrupt");
       const std::vector<std::uint8_t> bytes = file.read_at(data, static_cast<std::size_t>(size));
       if (type == 'L') {

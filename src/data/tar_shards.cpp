@@ -71,11 +71,10 @@ bool split_key(const std::string& name, std::string& key, std::string& ext) {
 /// What a label text says: an integer (digits, optionally after '-') or a name.
 bool is_integer(const std::string& text) {
   const std::size_t digits = text[0] == '-' ? 1 : 0;
-  return text.size() > digits &&
-         text.find_first_not_of("0123456789", digits) == std::string::npos;
+  return text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos;
 }
 
-struct Pending {            // a sample of one shard, before the classes are known
+struct Pending {             // a sample of one shard, before the classes are known
   std::string image, label;  // member names
   std::uint64_t offset = 0, size = 0;
   std::string text;  // the label, trimmed
@@ -100,8 +99,8 @@ ShardIndex index_shard(const std::string& path, bool skip_bad_samples) {
     if (image && !label)
       problem = "the image " + image->name + " has no label member (" + key + ".cls)";
     if (label && !image)
-      problem = "the label " + label->name + " has no image member (" + key +
-                ".jpg, .jpeg or .png)";
+      problem =
+          "the label " + label->name + " has no image member (" + key + ".jpg, .jpeg or .png)";
     if (!problem.empty()) {
       MIRROR_CHECK(skip_bad_samples, DataError,
                    path + ": " + problem +
@@ -139,8 +138,8 @@ ShardIndex index_shard(const std::string& path, bool skip_bad_samples) {
     }
     const TarMember*& slot = is_image ? image : label;
     MIRROR_CHECK(slot == nullptr, DataError,
-                 path + ": the key " + key + " has two " + (is_image ? "images" : "labels") +
-                     " (" + slot->name + " and " + m.name +
+                 path + ": the key " + key + " has two " + (is_image ? "images" : "labels") + " (" +
+                     slot->name + " and " + m.name +
                      "); a sample has one image and one .cls label");
     slot = &m;
   }
@@ -253,15 +252,17 @@ void TarShards::check_unchanged() const {
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     struct stat st {};
     MIRROR_CHECK(::stat(shards_[s].c_str(), &st) == 0, DataError,
-                 shards_[s] + " is gone since training started; the shards of a dataset must "
-                              "stay in place while it trains");
+                 shards_[s] +
+                     " is gone since training started; the shards of a dataset must "
+                     "stay in place while it trains");
     const FileStamp now = stamp_of(st), then = stamps_[s];
     MIRROR_CHECK(now.device == then.device && now.inode == then.inode && now.size == then.size &&
                      now.mtime_ns == then.mtime_ns,
                  DataError,
-                 shards_[s] + " was modified or replaced since training started; the shards "
-                              "of a dataset must not change while it trains (their index of "
-                              "members would be wrong): write new shards to a new folder");
+                 shards_[s] +
+                     " was modified or replaced since training started; the shards "
+                     "of a dataset must not change while it trains (their index of "
+                     "members would be wrong): write new shards to a new folder");
   }
 }
 
@@ -316,11 +317,12 @@ std::int32_t label_of(const Pending& p, const std::string& where,
   const std::string have = std::to_string(classes.size()) + " classes";
   if (integer_classes) {
     MIRROR_CHECK(is_integer(p.text), DataError,
-                 where + " holds '" + p.text + "', not an integer class; the training labels "
-                 "are integers (" + have + ", 0.." + std::to_string(classes.size() - 1) + ")");
-    const bool in_range =
-        p.text[0] != '-' && p.text.size() <= 7 &&
-        std::stoll(p.text) < static_cast<std::int64_t>(classes.size());
+                 where + " holds '" + p.text +
+                     "', not an integer class; the training labels "
+                     "are integers (" +
+                     have + ", 0.." + std::to_string(classes.size() - 1) + ")");
+    const bool in_range = p.text[0] != '-' && p.text.size() <= 7 &&
+                          std::stoll(p.text) < static_cast<std::int64_t>(classes.size());
     MIRROR_CHECK(in_range, DataError,
                  where + " holds the class " + p.text + ", but the training labels have " + have +
                      " (0.." + std::to_string(classes.size() - 1) + ")");
@@ -352,7 +354,8 @@ void counted_notes(const std::vector<ShardIndex>& shards, const std::string& spe
   if (left_out > 0)
     notes.push_back(spec + ": left out " + std::to_string(left_out) +
                     " sample(s) without a label or without an image (--skip-bad-samples); the "
-                    "first: " + left_out_first);
+                    "first: " +
+                    left_out_first);
 }
 
 }  // namespace
@@ -381,8 +384,9 @@ std::vector<std::string> tar_shard_files(const std::string& spec) {
     MIRROR_CHECK(!out.empty(), DataError, spec + " holds no .tar shard");
   } else {
     MIRROR_CHECK(fs::exists(spec, ec), DataError,
-                 spec + " does not exist; give a .tar shard, a folder of shards or a pattern "
-                        "such as shards/train-*.tar");
+                 spec +
+                     " does not exist; give a .tar shard, a folder of shards or a pattern "
+                     "such as shards/train-*.tar");
     out.push_back(spec);
   }
   std::sort(out.begin(), out.end());
@@ -444,7 +448,8 @@ std::shared_ptr<const Dataset> load_image_input(const std::string& path,
                    path + " holds both .tar shards and the folder " +
                        it->path().filename().string() +
                        ": is it an image folder (one subfolder per class) or a folder of "
-                       "shards? Give the shards as " + path + "/*.tar, or move them");
+                       "shards? Give the shards as " +
+                       path + "/*.tar, or move them");
     }
   }
   return load_tar_shards(path, options);
