@@ -76,10 +76,8 @@ class TarWriter {
     std::snprintf(reinterpret_cast<char*>(h + 124), 12, "%011o", static_cast<unsigned>(size));
     std::snprintf(reinterpret_cast<char*>(h + 136), 12, "%011o", 0);
     h[156] = static_cast<std::uint8_t>(type);
-    std::memcpy(h + 257,
-                "ustar\0"
-                "00",
-                8);
+    static constexpr char kMagic[8] = {'u', 's', 't', 'a', 'r', '\0', '0', '0'};  // POSIX ustar
+    std::memcpy(h + 257, kMagic, 8);
     std::memcpy(h + 345, prefix.data(), std::min<std::size_t>(prefix.size(), 155));
     std::memset(h + 148, ' ', 8);
     unsigned sum = 0;
