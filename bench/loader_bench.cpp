@@ -195,7 +195,9 @@ int main(int argc, char** argv) {
       "dict-dir", po::value(&dict_dir)->default_value(kDictDir), "word list folder")(
       "work-dir", po::value(&work_dir),
       "where npy-mmap, shards and images write Fashion-MNIST (default: a temporary folder)")(
-      "images", po::value(&images), "the image folder the `images` dataset reads")(
+      "images", po::value(&images),
+      "the image folder, or tar shards (a .tar, a folder of them or a glob), the `images` dataset "
+      "reads")(
       "image-size", po::value(&image_size),
       "with --images: HEIGHT,WIDTH of the samples (default: the first image's size)")(
       "crop", po::value(&crop)->default_value("none"),
