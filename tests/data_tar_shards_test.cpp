@@ -423,6 +423,23 @@ TEST_F(TarShardsTest, TheShardSetAPathNames) {
   put("other/s.tar", other.finish());
   expect_data_error([&] { load_tar_shards(p("other")); },
                     {"(1 shard(s), the first", "other/s.tar) holds no sample"});
+  // A path that exists as written is not a pattern, even with '[' in it.
+  shard("lit[1]/s.tar", {{"a", ".png", png, "0"}});
+  EXPECT_EQ(load_image_input(p("lit[1]"))->size(), 1);
+  EXPECT_EQ(tar_shard_files(p("lit[1]/s.tar")), (std::vector<std::string>{p("lit[1]/s.tar")}));
+  // Prediction: every image, labelled or not; label members are not read.
+  TarWriter mixed;
+  mixed.file("a.png", png);
+  mixed.file("b.png", png);
+  mixed.text("b.cls", "not even a class");
+  mixed.text("c.cls", "0");
+  put("predict/s.tar", mixed.finish());
+  const auto images = load_tar_shard_images(p("predict"));
+  ASSERT_EQ(images->size(), 2);
+  EXPECT_EQ(images->class_names(), (std::vector<std::string>{"images"}));
+  EXPECT_EQ(image_file_of(*images, 1), p("predict/s.tar") + ":b.png");
+  expect_data_error([&] { load_tar_shard_images(p("other")); },
+                    {"holds no sample: no key with an image member (.jpg, .jpeg or .png), as"});
   // A shard rewritten while the data is in use: the next epoch's check names it.
   shard("changing/s.tar", {{"a", ".png", png, "0"}});
   const auto changing = load_tar_shards(p("changing"));

@@ -88,13 +88,25 @@ struct ShardIndex {
   std::string ignored_example, left_out_first;
 };
 
-ShardIndex index_shard(const std::string& path, bool skip_bad_samples) {
+/// How a shard's members become samples: the bad-sample policy for incomplete groups, or (for
+/// prediction) every image alone, its label members ignored.
+struct IndexRules {
+  bool skip_bad_samples = false;
+  bool images_only = false;
+};
+
+ShardIndex index_shard(const std::string& path, IndexRules rules) {
   const std::vector<TarMember> members = list_tar_members(path);
   const detail::ReadOnlyFile file(path);
   ShardIndex out;
   std::string key;
   const TarMember *image = nullptr, *label = nullptr;
   auto finish = [&] {  // the group of `key` ends
+    if (rules.images_only) {
+      if (image) out.samples.push_back({image->name, "", image->offset, image->size, ""});
+      image = nullptr;
+      return;
+    }
     std::string problem;
     if (image && !label)
       problem = "the image " + image->name + " has no label member (" + key + ".cls)";
@@ -102,7 +114,7 @@ ShardIndex index_shard(const std::string& path, bool skip_bad_samples) {
       problem =
           "the label " + label->name + " has no image member (" + key + ".jpg, .jpeg or .png)";
     if (!problem.empty()) {
-      MIRROR_CHECK(skip_bad_samples, DataError,
+      MIRROR_CHECK(rules.skip_bad_samples, DataError,
                    path + ": " + problem +
                        "; every sample needs both (WebDataset's layout: members with the same "
                        "key, one after the other), or pass --skip-bad-samples to leave such "
@@ -132,6 +144,7 @@ ShardIndex index_shard(const std::string& path, bool skip_bad_samples) {
     if (k != key) finish();
     key = k;
     const bool is_image = ext == "jpg" || ext == "jpeg" || ext == "png";
+    if (rules.images_only && ext == "cls") continue;
     if (!is_image && ext != "cls") {
       if (out.ignored++ == 0) out.ignored_example = path + ":" + m.name;
       continue;
@@ -150,14 +163,14 @@ ShardIndex index_shard(const std::string& path, bool skip_bad_samples) {
 /// Every shard indexed on up to `threads` threads; the first error in shard order is thrown,
 /// so the message does not depend on the thread count.
 std::vector<ShardIndex> index_shards(const std::vector<std::string>& shards, int threads,
-                                     bool skip_bad_samples) {
+                                     IndexRules rules) {
   std::vector<ShardIndex> out(shards.size());
   std::vector<std::exception_ptr> errors(shards.size());
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t s; (s = next++) < shards.size();) {
       try {
-        out[s] = index_shard(shards[s], skip_bad_samples);
+        out[s] = index_shard(shards[s], rules);
       } catch (...) {
         errors[s] = std::current_exception();
       }
@@ -363,7 +376,7 @@ void counted_notes(const std::vector<ShardIndex>& shards, const std::string& spe
 std::vector<std::string> tar_shard_files(const std::string& spec) {
   std::vector<std::string> out;
   std::error_code ec;
-  if (has_glob_chars(spec)) {
+  if (has_glob_chars(spec) && !fs::exists(spec, ec)) {
     glob_t g{};
     const int rc = ::glob(spec.c_str(), 0, nullptr, &g);
     if (rc == 0)
@@ -393,17 +406,41 @@ std::vector<std::string> tar_shard_files(const std::string& spec) {
   return out;
 }
 
-std::shared_ptr<const Dataset> load_tar_shards(const std::string& spec,
-                                               const ImageFolderOptions& options) {
-  const std::vector<std::string> files = tar_shard_files(spec);
-  const std::vector<ShardIndex> shards =
-      index_shards(files, options.check_threads, options.skip_bad_samples);
+namespace {
+
+/// The shards of `spec` indexed under `rules`; DataError when they hold no sample.
+std::vector<ShardIndex> indexed(const std::string& spec, const std::vector<std::string>& files,
+                                const ImageFolderOptions& options, IndexRules rules) {
+  std::vector<ShardIndex> shards = index_shards(files, options.check_threads, rules);
   std::int64_t total = 0;
   for (const ShardIndex& s : shards) total += static_cast<std::int64_t>(s.samples.size());
   MIRROR_CHECK(total > 0, DataError,
                spec + " (" + std::to_string(files.size()) + " shard(s), the first " +
                    files.front() + ") holds no sample: no key with an image member (.jpg, " +
-                   ".jpeg or .png) and a .cls label member, as WebDataset's layout has them");
+                   ".jpeg or .png)" + (rules.images_only ? "" : " and a .cls label member") +
+                   ", as WebDataset's layout has them");
+  return shards;
+}
+
+/// Headers checked, notes gathered: the dataset ready.
+std::shared_ptr<const Dataset> finished(std::shared_ptr<TarShards> ds,
+                                        const std::vector<ShardIndex>& shards,
+                                        const std::string& spec) {
+  ds->check_headers();
+  std::vector<std::string> notes;
+  counted_notes(shards, spec, notes);
+  for (const std::string& n : ds->notes()) notes.push_back(n);
+  ds->set_notes(std::move(notes));
+  return ds;
+}
+
+}  // namespace
+
+std::shared_ptr<const Dataset> load_tar_shards(const std::string& spec,
+                                               const ImageFolderOptions& options) {
+  const std::vector<std::string> files = tar_shard_files(spec);
+  const std::vector<ShardIndex> shards =
+      indexed(spec, files, options, {.skip_bad_samples = options.skip_bad_samples});
   std::vector<std::string> classes =
       options.classes.empty() ? classes_of(shards, files) : options.classes;
   bool integer_classes = true;
@@ -418,17 +455,24 @@ std::shared_ptr<const Dataset> load_tar_shards(const std::string& spec,
     for (const Pending& p : shards[s].samples)
       ds->add(p, label_of(p, shard_member(files[s], p.label), classes, lookup, integer_classes));
   }
-  ds->check_headers();
-  std::vector<std::string> notes;
-  counted_notes(shards, spec, notes);
-  for (const std::string& n : ds->notes()) notes.push_back(n);
-  ds->set_notes(std::move(notes));
-  return ds;
+  return finished(ds, shards, spec);
+}
+
+std::shared_ptr<const Dataset> load_tar_shard_images(const std::string& spec,
+                                                     const ImageFolderOptions& options) {
+  const std::vector<std::string> files = tar_shard_files(spec);
+  const std::vector<ShardIndex> shards = indexed(spec, files, options, {.images_only = true});
+  auto ds = std::make_shared<TarShards>(spec, files, std::vector<std::string>{"images"}, options);
+  for (const ShardIndex& shard : shards) {
+    ds->begin_shard();
+    for (const Pending& p : shard.samples) ds->add(p, 0);
+  }
+  return finished(ds, shards, spec);
 }
 
 bool is_tar_shards(const std::string& path) {
-  if (has_glob_chars(path)) return true;
   std::error_code ec;
+  if (has_glob_chars(path) && !fs::exists(path, ec)) return true;
   if (!fs::is_directory(path, ec)) return is_tar_name(path);
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code type_ec;

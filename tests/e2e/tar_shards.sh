@@ -5,6 +5,7 @@
 #    trains with the photograph recipe, at 1 rank and at 2 (same seed: the same losses, test
 #    accuracy and weights fingerprint), with class indices (shards given as a pattern) and
 #    with class names (as a folder) for labels;
+#  - mirror-predict predicts the same from the test shards as from the test folder;
 #  - a run stopped mid-epoch and resumed from its checkpoint equals the uninterrupted run;
 #  - a shard whose image lost its label, and a pattern matching nothing, are set-up errors
 #    (exit code 3) naming the shard and member.
@@ -64,6 +65,17 @@ grep -q '40 images in 3 tar shard(s)' shards-1.out || fail "no test shard line"
 grep -q '^test accuracy: ' shards-1.out || fail "no test accuracy"
 grep -q 'classes (label order): class_0, class_1, ' shards-2.out || fail "no class names: $(grep -m1 classes shards-2.out)"
 echo "folder and shards, 1 and 2 ranks: $(fingerprint shards-1.out) $(fingerprint shards-2.out)"
+
+# mirror-predict reads the test shards' images (their labels unread) as it reads the folder's.
+for input in test-jpg test-shards; do
+  "$build/bin/mirror-predict" --checkpoint "$work/ck-folder-1" --input-images "$work/$input" \
+    --output "$input.npy" --output-classes "$input.csv" >"predict-$input.out" 2>&1 ||
+    fail "predict $input: $(tail -3 "predict-$input.out")"
+done
+[ "$(wc -l <test-shards.csv)" -eq 41 ] && cmp -s test-jpg.npy test-shards.npy &&
+  [ "$(cut -d, -f2 test-jpg.csv)" = "$(cut -d, -f2 test-shards.csv)" ] ||
+  fail "predictions from the shards differ from the folder's"
+grep -q "test-shards/shard-000000.tar:class_0/" test-shards.csv || fail "shard members not named: $(sed -n 2p test-shards.csv)"
 
 # Stopped at step 3 of 5 and resumed at 2 ranks: the uninterrupted 2-rank run, bit for bit.
 run cut 2 --train-images "$work/shards" --max-steps 3 || fail "cut: $(tail -3 cut.out)"

@@ -29,7 +29,8 @@ struct TarMember {
 std::vector<TarMember> list_tar_members(const std::string& path);
 
 /// The shard files `spec` names, sorted by path: a .tar file, a folder (the .tar files directly
-/// in it), or a glob pattern (`shards/train-*.tar`). DataError for a glob matching nothing, a
+/// in it), or a glob pattern (`shards/train-*.tar`; a path that exists as written is never read
+/// as a pattern). DataError for a glob matching nothing, a
 /// folder holding no .tar file, a path that does not exist.
 std::vector<std::string> tar_shard_files(const std::string& spec);
 
@@ -56,6 +57,12 @@ std::vector<std::string> tar_shard_files(const std::string& spec);
 /// split does not have, and no sample at all; headers and decoding fail as folders' do.
 std::shared_ptr<const Dataset> load_tar_shards(const std::string& spec,
                                                const ImageFolderOptions& options = {});
+
+/// Images to predict on (mirror-predict --input-images): every image member of the shards, in
+/// order, whether or not a .cls member goes with it (labels are not read); every label is 0 and
+/// there is one class, as load_image_files. image_file_of(dataset, i) is "SHARD:MEMBER".
+std::shared_ptr<const Dataset> load_tar_shard_images(const std::string& spec,
+                                                     const ImageFolderOptions& options = {});
 
 /// What --train-images, --test-images and loader-bench --images read: tar shards when `path`
 /// is a .tar file, a glob pattern or a folder holding .tar files, else an image folder.
