@@ -178,10 +178,9 @@ DataSplits load_own_data(const TrainConfig& c, const Sources& s, bool raw_values
   if (!c.train_images.empty()) {
     d.train = load_images(c, c.train_images, {}, raw_values);
     if (d.train->class_names().size() == 1) {
-      d.warnings.push_back(c.train_images + " has one class folder (" +
-                           d.train->class_names().front() +
+      d.warnings.push_back(c.train_images + " has one class (" + d.train->class_names().front() +
                            "), so there is nothing to learn (a model that always answers it is "
-                           "always right); give one subfolder per class");
+                           "always right); give one subfolder (or shard label) per class");
     }
     if (!c.test_images.empty()) {
       d.test = load_images(c, c.test_images, d.train->class_names(), raw_values);
