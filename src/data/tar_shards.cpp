@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cctype>
 #include <filesystem>
-#include <map>
 #include <thread>
 #include <unordered_map>
 
@@ -31,11 +30,12 @@ namespace {
 // folders. Streaming per rank would make the samples a rank sees, and so the weights, depend on
 // the number of ranks and shards, and resuming mid-shard would need the stream position. The
 // cost is that reads are not sequential: on local disks and the page cache a pread of a
-// 100 KB member costs what opening and reading a 100 KB file does (less: no open per image),
-// and the index holds about 24 bytes plus the member's name per sample.
+// 100 KB member costs what reading a 100 KB file does (without the open: up to kKeepOpen shards
+// stay open), and the index holds about 28 bytes plus the member's name per sample.
 
 constexpr std::int64_t kMaxIntegerClass = 1'000'000;  // "class 4000000000" is an id, not a class
 constexpr std::size_t kMaxLabelBytes = 256;
+constexpr std::size_t kKeepOpen = 256;  // more shards than this are opened per read
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -213,6 +213,7 @@ class TarShards : public detail::ImageSamples {
       struct stat st {};
       MIRROR_CHECK(::stat(s.c_str(), &st) == 0, DataError, "cannot read " + s);
       stamps_.push_back(stamp_of(st));
+      if (shards_.size() <= kKeepOpen) open_.push_back(std::make_unique<detail::ReadOnlyFile>(s));
     }
   }
   void begin_shard() { shard_begin_.push_back(static_cast<std::int64_t>(offsets_.size())); }
@@ -240,7 +241,10 @@ class TarShards : public detail::ImageSamples {
     check_index(index);
     const std::size_t i = static_cast<std::size_t>(index);
     const std::uint64_t want = std::min<std::uint64_t>(sizes_[i], limit);
-    const detail::ReadOnlyFile file(shards_[shard_of(index)]);
+    const std::size_t shard = shard_of(index);
+    std::unique_ptr<detail::ReadOnlyFile> opened;
+    if (open_.empty()) opened = std::make_unique<detail::ReadOnlyFile>(shards_[shard]);
+    const detail::ReadOnlyFile& file = open_.empty() ? *opened : *open_[shard];
     std::vector<std::uint8_t> bytes = file.read_at(offsets_[i], static_cast<std::size_t>(want));
     MIRROR_CHECK(bytes.size() == want, DataError,
                  sample_name(index) + ": the shard ends before the member's " +
@@ -255,7 +259,8 @@ class TarShards : public detail::ImageSamples {
 
   std::vector<std::string> shards_;
   std::vector<FileStamp> stamps_;
-  std::vector<std::int64_t> shard_begin_;  // the first sample of each shard
+  std::vector<std::unique_ptr<detail::ReadOnlyFile>> open_;  // every shard, when few enough
+  std::vector<std::int64_t> shard_begin_;                    // the first sample of each shard
   std::vector<std::uint64_t> offsets_, sizes_;
   std::string names_;              // every image member's name, one after the other
   std::vector<std::size_t> ends_;  // where each name ends in names_
