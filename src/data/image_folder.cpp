@@ -1,5 +1,5 @@
-// Image folders and image file lists: the listing and header checks at load, decoding per sample
-// when a batch needs it.
+// Image folders and image file lists: the listing at load; the header checks and the decoding
+// per sample are ImageSamples' (image_samples.cpp), which tar shards share.
 #include "mirror/data/image_folder.h"
 
 #include <fcntl.h>
@@ -8,12 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include "data/image_samples.h"
 #include "mirror/data/idx.h"
