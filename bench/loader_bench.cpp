@@ -1,7 +1,9 @@
 // Loader throughput: samples/s (images/s) that one replica's Loader delivers for Fashion-MNIST
 // (images and rows), the word lists, synthetic data, and Fashion-MNIST stored the other ways
 // Mirror reads: a mapped .npy (npy-mmap), .npy shards (shards) and an image folder of PNG files
-// (images, or --images DIR), with 0 (synchronous), 1, 2 ... worker threads.
+// (images, or --images DIR), with 0 (synchronous), 1, 2 ... decoding threads: as mirror-train
+// decodes, the samples of each batch in parallel (Note [Sample pool]), or with --whole-batches
+// each thread a whole batch.
 // By default the consumer does no work, so samples/s is the ceiling the input pipeline puts on
 // training. With --step-ms the consumer busy-works that long per batch, like a training step,
 // and "wait ms/step" (after the first batch) shows how much of the batch preparation the
@@ -29,6 +31,7 @@
 #include "mirror/data/loader.h"
 #include "mirror/data/npy.h"
 #include "mirror/data/photo_transforms.h"
+#include "mirror/data/sample_pool.h"
 #include "mirror/data/synthetic.h"
 #include "mirror/data/tar_shards.h"
 #include "mirror/data/words.h"
@@ -187,7 +190,10 @@ int main(int argc, char** argv) {
       "replicas", po::value(&replicas)->default_value(1),
       "world size; replica 0's share (batch/replicas) is measured")(
       "threads", po::value(&threads)->multitoken()->default_value({0, 1, 2}, "0 1 2"),
-      "loader worker counts to measure (0 = synchronous)")(
+      "decoding thread counts to measure (0 = synchronous)")(
+      "whole-batches",
+      "each thread assembles whole batches (no sample pool; prefetch 2 x threads), as Mirror "
+      "did before Note [Sample pool]")(
       "seconds", po::value(&seconds)->default_value(2.0), "time per measurement")(
       "step-ms", po::value(&step_ms)->default_value(0.0),
       "simulated training step per batch (busy CPU), to measure the hidden wait")(
@@ -204,6 +210,8 @@ int main(int argc, char** argv) {
       "with --images: none | random-resized[=MIN,MAX] (mirror-train --crop)")(
       "flip", "with --images: mirror half the images (mirror-train --flip)")(
       "full-decode", "with --images: decode every JPEG whole (no reduced-scale decode)")(
+      "whole-image",
+      "with --images: decode the whole (reduced) JPEG, not only the region the crop reads")(
       "normalize", po::value(&normalize)->default_value("none"),
       "with --images: none | imagenet | MEAN,STD (mirror-train --normalize)")(
       "write-images", po::value(&write_dir),
@@ -252,6 +260,8 @@ int main(int argc, char** argv) {
     parse_normalize(normalize, image_options.photo);
     image_options.photo.flip = vm.count("flip") > 0;
     image_options.reduced_decode = vm.count("full-decode") == 0;
+    image_options.region_decode = vm.count("whole-image") == 0 && image_options.reduced_decode;
+    const bool whole_batches = vm.count("whole-batches") > 0;
     if (own_work) {
       std::string tmpl = (fs::temp_directory_path() / "loader-bench-XXXXXX").string();
       MIRROR_CHECK(::mkdtemp(tmpl.data()) != nullptr, mirror::Error, "mkdtemp failed");
@@ -274,8 +284,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       for (int t : threads) {
-        o.prefetch_depth = t == 0 ? 0 : std::max(4, 2 * t);
-        o.num_workers = t == 0 ? 1 : t;
+        if (whole_batches || t == 0) {
+          o.prefetch_depth = t == 0 ? 0 : std::max(4, 2 * t);
+          o.num_workers = t == 0 ? 1 : t;
+          o.sample_pool = nullptr;
+        } else {  // as mirror-train: t decoding threads (Note [Sample pool])
+          o.prefetch_depth = 4;
+          o.num_workers = 2;
+          o.sample_pool = std::make_shared<SamplePool>(t - 1);
+        }
         const Result r = measure(ds, o, {0, replicas}, seconds, step_ms);
         std::printf("%-14s %7d %8lld %12.0f %10.2f %14.4f\n", name.c_str(), t,
                     static_cast<long long>(batch / replicas), r.samples_per_s, r.first_ms,

@@ -80,7 +80,10 @@ endfunction()
 # the JPEGs of image folders. Sets MirrorDeps_turbojpeg_FOUND.
 macro(mirror_find_turbojpeg)
   mirror_import_library(MirrorDeps::turbojpeg turbojpeg.h turbojpeg "${ARGN}")
-  if(TARGET MirrorDeps::turbojpeg)
+  # The libjpeg API of the same libjpeg-turbo: region decodes (jpeg_crop_scanline), which
+  # TurboJPEG's API before version 3 lacks.
+  mirror_import_library(MirrorDeps::jpeg jpeglib.h jpeg "${ARGN}")
+  if(TARGET MirrorDeps::turbojpeg AND TARGET MirrorDeps::jpeg)
     set(MirrorDeps_turbojpeg_FOUND TRUE)
   else()
     set(MirrorDeps_turbojpeg_FOUND FALSE)

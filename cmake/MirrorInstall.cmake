@@ -18,7 +18,7 @@ install(EXPORT MirrorTargets NAMESPACE Mirror:: DESTINATION ${MIRROR_CMAKE_DIR})
 
 # Where the build found oneDNN / cuDNN / NCCL: the installed config looks there too.
 set(MIRROR_DEPENDENCY_HINTS "")
-foreach(dep MirrorDeps::dnnl MirrorDeps::turbojpeg MirrorDeps::cudnn MirrorDeps::nccl
+foreach(dep MirrorDeps::dnnl MirrorDeps::turbojpeg MirrorDeps::jpeg MirrorDeps::cudnn MirrorDeps::nccl
             MirrorDeps::nvjpeg)
   if(TARGET ${dep})
     get_target_property(location ${dep} IMPORTED_LOCATION)

@@ -23,7 +23,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libdnnl-dev
   libboost-program-options-dev zlib1g-dev nlohmann-json3-dev
-  libturbojpeg0-dev libpng-dev
+  libturbojpeg0-dev libjpeg-dev libpng-dev
   libprotobuf-dev protobuf-compiler
   libhdf5-dev
   libgtest-dev libgmock-dev libbenchmark-dev

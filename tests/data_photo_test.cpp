@@ -1,7 +1,8 @@
 // The photograph recipe: flag syntax and its errors, the random resized crop's geometry
 // (deterministic from seed, epoch and sample; inside the image; torchvision's fallback), the
 // evaluation resize + centre crop, flip and normalisation in the resample, the reduced-scale JPEG
-// decode against the full one, and image folders served by the Loader with the recipe (the same
+// decode against the full one, the region decode and the resample of a window against the whole
+// image's, and image folders served by the Loader with the recipe (the same
 // batches for 1 and 2 replicas, resume repeats the crops).
 #include <gtest/gtest.h>
 
@@ -11,10 +12,12 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <random>
 
 #include "data_test_util.h"
 #include "loader_test_util.h"
 #include "mirror/data/augment.h"
+#include "mirror/data/idx.h"
 #include "mirror/data/image_decode.h"
 #include "mirror/data/image_folder.h"
 #include "mirror/data/loader.h"
@@ -268,6 +271,177 @@ TEST(PhotoRecipe, ReducedScaleDecodeMatchesTheFullDecodeWithinTheDerivedBound) {
   EXPECT_EQ(png.height, 16);
 }
 
+/// A test pattern with detail at every scale: waves plus a hash of the position, so a pixel
+/// taken from the wrong place or upsampled from the wrong neighbour shows.
+DecodedImage textured(int h, int w, int channels) {
+  DecodedImage im = waves(h, w);
+  if (channels == 1) im = DecodedImage{h, w, 1, std::vector<std::uint8_t>(im.pixels.begin(), im.pixels.begin() + h * w)};
+  for (std::size_t i = 0; i < im.pixels.size(); ++i)
+    im.pixels[i] = static_cast<std::uint8_t>(im.pixels[i] / 2 + (i * 2654435761u >> 27));
+  return im;
+}
+
+TEST(PhotoRecipe, RegionDecodeGivesTheWholeDecodesPixels) {
+  const auto decoder = cpu_image_decoder();
+  struct Case {
+    const char* what;
+    int channels;
+    JpegEncoding encoding;
+  };
+  const Case cases[] = {{"4:4:4", 3, {90, false, false}},
+                        {"4:2:0", 3, {90, true, false}},
+                        {"4:2:0 progressive", 3, {90, true, true}},
+                        {"greyscale", 1, {90, false, false}}};
+  std::mt19937_64 rng(7);
+  for (const Case& c : cases) {
+    // Odd sizes: partial blocks and partial chroma pairs at the right and bottom edges.
+    const auto jpg = encode_jpeg(textured(203, 317, c.channels), c.encoding);
+    for (int d : {1, 2, 4, 8}) {
+      const DecodedImage full = decoder->decode_reduced(jpg, "t.jpg", d);
+      std::vector<PixelRegion> regions = {{0, 0, full.height, full.width},
+                                          {0, 0, 1, 1},
+                                          {full.height - 1, full.width - 1, 1, 1},
+                                          {full.height / 3, 1, full.height / 3, full.width - 2}};
+      for (int k = 0; k < 12; ++k) {
+        const int top = static_cast<int>(rng() % static_cast<std::uint64_t>(full.height));
+        const int left = static_cast<int>(rng() % static_cast<std::uint64_t>(full.width));
+        regions.push_back({top, left, 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(full.height - top)),
+                           1 + static_cast<int>(rng() % static_cast<std::uint64_t>(full.width - left))});
+      }
+      for (const PixelRegion& want : regions) {
+        const DecodedRegion got = decoder->decode_region(jpg, "t.jpg", d, want);
+        const std::string where = std::string(c.what) + ", 1/" + std::to_string(d) + ", region " +
+                                  std::to_string(want.top) + "," + std::to_string(want.left) + " " +
+                                  std::to_string(want.height) + "x" + std::to_string(want.width);
+        ASSERT_EQ(got.full_height, full.height) << where;
+        ASSERT_EQ(got.full_width, full.width) << where;
+        ASSERT_EQ(got.image.channels, c.channels) << where;
+        // Exactly the region.
+        ASSERT_EQ(got.top, want.top) << where;
+        ASSERT_EQ(got.left, want.left) << where;
+        ASSERT_EQ(got.image.height, want.height) << where;
+        ASSERT_EQ(got.image.width, want.width) << where;
+        int wrong = 0;
+        for (int y = 0; y < got.image.height; ++y)
+          for (int x = 0; x < got.image.width * c.channels; ++x)
+            wrong += got.image.pixels[static_cast<std::size_t>(y * got.image.width * c.channels + x)] !=
+                     full.pixels[static_cast<std::size_t>(((got.top + y) * full.width + got.left) * c.channels + x)];
+        EXPECT_EQ(wrong, 0) << where;
+      }
+    }
+  }
+  // PNG has no region decode: the whole image, at (0, 0).
+  const DecodedRegion png = decoder->decode_region(encode_png(waves(16, 16)), "w.png", 1, {4, 4, 2, 2});
+  EXPECT_EQ(png.image.height, 16);
+  EXPECT_EQ(png.top, 0);
+}
+
+TEST(PhotoRecipe, RegionDecodeOfATruncatedJpegFailsWhereverTheRegionIs) {
+  auto jpg = encode_jpeg(textured(160, 160, 3), JpegEncoding{90, true, false});
+  jpg.resize(jpg.size() * 2 / 3);  // the bottom third of the image is gone
+  try {
+    cpu_image_decoder()->decode_region(jpg, "cut.jpg", 1, {0, 0, 8, 8});
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.jpg: corrupt or truncated JPEG"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PhotoRecipe, ResampleFromTheSourceRegionEqualsTheWholeImages) {
+  const DecodedImage im = textured(120, 150, 3);
+  const float scale[3] = {0.5f, 1, 2}, bias[3] = {0, -1, 1};
+  PhotoRecipe recipe;
+  recipe.random_resized_crop = true;
+  std::mt19937_64 rng(3);
+  for (int k = 0; k < 20; ++k) {
+    const CropBox box = random_resized_crop(im.height, im.width, recipe, rng);
+    const bool flip = k % 2 != 0;
+    const int out = k % 3 == 0 ? 160 : 24;  // enlarging and shrinking
+    std::vector<float> whole(3 * out * out), part(whole.size());
+    resample_to_chw(im.pixels.data(), im.height, im.width, 3, box, out, out, flip, scale, bias,
+                    whole.data());
+    const PixelRegion r = resample_source_region(im.height, im.width, box, out, out);
+    ASSERT_GE(r.top, 0);
+    ASSERT_LE(r.top + r.height, im.height);
+    ASSERT_GE(r.left, 0);
+    ASSERT_LE(r.left + r.width, im.width);
+    EXPECT_LE(r.height, static_cast<int>(box.height) + 2 * static_cast<int>(box.height / out) + 4);
+    std::vector<std::uint8_t> window(static_cast<std::size_t>(r.height * r.width * 3));
+    for (int y = 0; y < r.height; ++y)
+      std::copy_n(im.pixels.begin() + ((r.top + y) * im.width + r.left) * 3, r.width * 3,
+                  window.begin() + y * r.width * 3);
+    resample_window_to_chw(window.data(), r, im.height, im.width, 3, box, out, out, flip, scale,
+                           bias, part.data());
+    EXPECT_EQ(part, whole) << "crop " << k;
+    // A window short of one row the resample reads is refused, not read out of bounds.
+    const PixelRegion short_one{r.top + 1, r.left, r.height - 1, r.width};
+    EXPECT_THROW(resample_window_to_chw(window.data() + r.width * 3, short_one, im.height,
+                                        im.width, 3, box, out, out, flip, scale, bias, part.data()),
+                 InvalidArgument);
+  }
+}
+
+/// `jpeg` with an EXIF segment (APP1) after its SOI marker whose Orientation tag is `orientation`
+/// (6: the camera was turned 90 degrees clockwise), as phones write them.
+std::vector<std::uint8_t> with_exif_orientation(const std::vector<std::uint8_t>& jpeg,
+                                                int orientation) {
+  const std::vector<std::uint8_t> tiff = {
+      'M', 'M', 0, 42, 0, 0, 0, 8,  // big-endian TIFF header, first IFD at 8
+      0, 1,                          // one entry
+      0x01, 0x12, 0, 3, 0, 0, 0, 1,  // Orientation, SHORT, count 1
+      0, static_cast<std::uint8_t>(orientation), 0, 0,
+      0, 0, 0, 0};  // no next IFD
+  std::vector<std::uint8_t> app1 = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
+  app1.insert(app1.end(), tiff.begin(), tiff.end());
+  const std::size_t length = app1.size() - 2;
+  app1[2] = static_cast<std::uint8_t>(length >> 8);
+  app1[3] = static_cast<std::uint8_t>(length & 0xFF);
+  std::vector<std::uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
+  out.insert(out.end(), app1.begin(), app1.end());
+  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
+  return out;
+}
+
+TEST(PhotoRecipe, PhotographsAsCamerasAndEditorsWriteThem) {
+  const auto decoder = cpu_image_decoder();
+  // EXIF orientation is metadata Mirror does not apply, as torchvision's ImageFolder (PIL's
+  // open) and Keras's image_dataset_from_directory do not: the stored pixels, so a model sees
+  // what it would see there. The segment is read past, not mistaken for the frame.
+  const DecodedImage stored = textured(24, 40, 3);
+  const auto plain = encode_jpeg(stored, JpegEncoding{90, true, false});
+  const auto rotated = with_exif_orientation(plain, 6);
+  const ImageHeader h = read_image_header(rotated, "phone.jpg");
+  EXPECT_EQ(h.height, 24);
+  EXPECT_EQ(h.width, 40);
+  EXPECT_EQ(decoder->decode(rotated, "phone.jpg").pixels, decoder->decode(plain, "p.jpg").pixels);
+  EXPECT_EQ(decoder->decode_region(rotated, "phone.jpg", 2, {3, 4, 5, 6}).image.pixels,
+            decoder->decode_region(plain, "p.jpg", 2, {3, 4, 5, 6}).image.pixels);
+  // Progressive JPEGs decode as the baseline ones do (the same coefficients, another order).
+  const auto progressive = encode_jpeg(stored, JpegEncoding{90, true, true});
+  EXPECT_NE(progressive, plain);
+  EXPECT_EQ(decoder->decode(progressive, "prog.jpg").pixels, decoder->decode(plain, "p.jpg").pixels);
+  // 16-bit PNGs (tests/data/images/make_png16.py) keep each sample's high byte (PIL's convert
+  // would clip them).
+  const fs::path fixtures = fs::path(MIRROR_SOURCE_DIR) / "tests/data/images";
+  const DecodedImage rgb = decoder->decode(read_file_bytes((fixtures / "rgb16.png").string()), "rgb16.png");
+  ASSERT_EQ(rgb.channels, 3);
+  ASSERT_EQ(rgb.width, 5);
+  ASSERT_EQ(rgb.height, 3);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 5; ++x) {
+      const std::size_t at = static_cast<std::size_t>((y * 5 + x) * 3);
+      EXPECT_EQ(rgb.pixels[at], ((x * 13000 + y * 700) % 65536) >> 8) << x << "," << y;
+      EXPECT_EQ(rgb.pixels[at + 1], ((x * 300 + y * 21000) % 65536) >> 8) << x << "," << y;
+      EXPECT_EQ(rgb.pixels[at + 2], (65535 - x * 9000) >> 8) << x << "," << y;
+    }
+  const DecodedImage gray = decoder->decode(read_file_bytes((fixtures / "gray16.png").string()), "gray16.png");
+  ASSERT_EQ(gray.channels, 1);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 5; ++x)
+      EXPECT_EQ(gray.pixels[static_cast<std::size_t>(y * 5 + x)], ((x * 16000 + y * 5000 + 255) % 65536) >> 8);
+}
+
 /// Records the denominators asked of the CPU decoder.
 class SpyDecoder final : public ImageDecoder {
  public:
@@ -336,6 +510,31 @@ TEST_F(PhotoFolder, SameBatchesForEveryReplicaCountAndResumeRepeatsTheCrops) {
   for (std::size_t i = 0; i < 32 * 32; ++i)
     ASSERT_NEAR(e0[i], (80 / 255.0 - 0.485) / 0.229, 4 / 255.0 / 0.229) << i;
   EXPECT_LE(*std::max_element(e0.begin(), e0.end()), *ds->input_bound());
+}
+
+TEST_F(PhotoFolder, TheRegionDecodeServesTheWholeDecodesBatches) {
+  // Larger 4:2:0 photographs (as cameras write them), so crops skip rows and columns at every
+  // reduced scale.
+  testing_util::TempDir dir{"mirror-photo-regions"};
+  for (int i = 0; i < 8; ++i) {
+    const fs::path path = dir.path() / (i % 2 ? "b" : "a") / (std::to_string(i) + ".jpg");
+    fs::create_directories(path.parent_path());
+    test::write_bytes(path, encode_jpeg(textured(200 + 8 * i, 264, 3), JpegEncoding{90, true, false}));
+  }
+  for (bool evaluation : {false, true}) {
+    ImageFolderOptions o = options();
+    o.height = o.width = 24;
+    o.evaluation = evaluation;
+    o.region_decode = false;
+    const auto whole = load_image_folder(dir.path().string(), o);
+    o.region_decode = true;
+    const auto region = load_image_folder(dir.path().string(), o);
+    LoaderOptions lo;
+    lo.global_batch = 4;
+    lo.seed = 11;
+    EXPECT_EQ(test::run_epochs(region, 1, lo, 3).inputs, test::run_epochs(whole, 1, lo, 3).inputs)
+        << (evaluation ? "evaluation" : "training");
+  }
 }
 
 TEST_F(PhotoFolder, EvaluationResizesAndCentreCropsAtAReducedScale) {

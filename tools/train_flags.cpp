@@ -75,8 +75,8 @@ po::options_description make_options() {
       "test images: resize the short side to N pixels, then centre-crop to --image-size")(
       "eval-crop", po::value<int>(), "the centre crop after --eval-resize (= --image-size)")(
       "data-workers", po::value<int>(),
-      "loader threads per replica that decode and batch ahead of the step (default: cores / "
-      "local replicas, 1 to 4)")(
+      "threads of this rank that decode samples ahead of the step, shared by its local "
+      "replicas (default: the rank's cores on its host, at most 64)")(
       "skip-bad-samples",
       "replace a sample that cannot be decoded by the next good one, and count them")(
       "data", po::value<std::string>(), "built-in data: real | synthetic (default real)")(

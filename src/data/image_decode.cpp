@@ -1,5 +1,5 @@
 // Image headers read by hand (a JPEG's markers up to its frame header, a PNG's IHDR), JPEG
-// decoded by libjpeg-turbo's TurboJPEG API, PNG by libpng, and the conversion to [C, H, W] floats.
+// decoded by libjpeg-turbo's TurboJPEG API (regions by its libjpeg API, jpeg_region.cpp), PNG by libpng, and the conversion to [C, H, W] floats.
 #include "mirror/data/image_decode.h"
 
 #include <png.h>
@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "backend.h"
+#include "data/jpeg_region.h"
 #include "mirror/error.h"
 
 namespace mirror::data {
@@ -219,7 +220,8 @@ class CpuImageDecoder final : public ImageDecoder {
       default:
         return read_image_header(bytes, name), DecodedImage{};  // throws: unknown format
     }
-  }  DecodedImage decode_reduced(std::span<const std::uint8_t> bytes, const std::string& name,
+  }
+  DecodedImage decode_reduced(std::span<const std::uint8_t> bytes, const std::string& name,
                               int denominator) const override {
     if (sniff_image(bytes) != ImageFormat::kJpeg) return decode(bytes, name);
     MIRROR_CHECK(denominator == 1 || denominator == 2 || denominator == 4 || denominator == 8,
@@ -227,6 +229,12 @@ class CpuImageDecoder final : public ImageDecoder {
                  "decode_reduced: denominator " + std::to_string(denominator) +
                      " is not 1, 2, 4 or 8");
     return decode_jpeg(bytes, name, denominator);
+  }
+  DecodedRegion decode_region(std::span<const std::uint8_t> bytes, const std::string& name,
+                              int denominator, const PixelRegion& region) const override {
+    if (sniff_image(bytes) != ImageFormat::kJpeg)
+      return ImageDecoder::decode_region(bytes, name, denominator, region);
+    return decode_jpeg_region(bytes, name, jpeg_header(bytes, name).channels, denominator, region);
   }
 };
 

@@ -42,6 +42,11 @@ std::vector<std::uint8_t> encode_png(const DecodedImage& image) {
 }
 
 std::vector<std::uint8_t> encode_jpeg(const DecodedImage& image, int quality) {
+  return encode_jpeg(image, JpegEncoding{quality});
+}
+
+std::vector<std::uint8_t> encode_jpeg(const DecodedImage& image, const JpegEncoding& encoding) {
+  const int quality = encoding.quality;
   check_image(image);
   MIRROR_CHECK(quality >= 1 && quality <= 100, InvalidArgument,
                "encode_jpeg: quality must be 1..100, got " + std::to_string(quality));
@@ -51,7 +56,10 @@ std::vector<std::uint8_t> encode_jpeg(const DecodedImage& image, int quality) {
   unsigned long size = 0;
   const int rc = tjCompress2(tj, image.pixels.data(), image.width, 0, image.height,
                              image.channels == 1 ? TJPF_GRAY : TJPF_RGB, &buffer, &size,
-                             image.channels == 1 ? TJSAMP_GRAY : TJSAMP_444, quality, 0);
+                             image.channels == 1        ? TJSAMP_GRAY
+                             : encoding.subsample_chroma ? TJSAMP_420
+                                                         : TJSAMP_444,
+                             quality, encoding.progressive ? TJFLAG_PROGRESSIVE : 0);
   const std::string error = rc == 0 ? "" : tjGetErrorStr2(tj);
   std::vector<std::uint8_t> out;
   if (rc == 0) out.assign(buffer, buffer + size);

@@ -182,16 +182,21 @@ std::optional<double> ImageSamples::input_bound() const {
 DecodedImage ImageSamples::decode_bytes(std::int64_t index, const std::string& file,
                                         std::span<const std::uint8_t> bytes,
                                         int denominator) const {
-  const std::string where = " (sample " + std::to_string(index) + ")";
   DecodedImage image = bad_sample_on_error(
       index, [&] { return options_.decoder->decode_reduced(bytes, file, denominator); });
+  check_mode(index, file, image);
+  return image;
+}
+
+void ImageSamples::check_mode(std::int64_t index, const std::string& file,
+                              const DecodedImage& image) const {
   if (options_.color == ColorMode::kAuto && image.channels != source_channels_) {
     throw BadSample(file + " decodes as " + (image.channels == 1 ? "grayscale" : "RGB") +
                         " but the dataset is " + (source_channels_ == 1 ? "grayscale" : "RGB") +
-                        ": an image of another mode; pass --color to convert" + where,
+                        ": an image of another mode; pass --color to convert (sample " +
+                        std::to_string(index) + ")",
                     index);
   }
-  return image;
 }
 
 void ImageSamples::decode_float_drawn(std::int64_t index, std::uint64_t seed, int epoch,
@@ -226,11 +231,28 @@ void ImageSamples::decode_photo(std::int64_t index, std::uint64_t seed, int epoc
   const int denominator = header.format == ImageFormat::kJpeg && options_.reduced_decode
                               ? reduced_denominator(box, out_h, out_w)
                               : 1;
-  DecodedImage image = decode_bytes(index, file, bytes, denominator);
-  if (image.width != header.width || image.height != header.height) {
+  const CropBox source_box = box;
+  if (denominator > 1) {
     // A reduced decode: pixel i covers source pixels [i * d, i * d + d).
     const double f = 1.0 / denominator;
     box = {box.top * f, box.left * f, box.height * f, box.width * f};
+  }
+  // Note [Region decode]: only the pixels the resample reads (a JPEG skips the rest).
+  const int full_h = (header.height + denominator - 1) / denominator;
+  const int full_w = (header.width + denominator - 1) / denominator;
+  const PixelRegion wanted = options_.region_decode
+                                 ? resample_source_region(full_h, full_w, box, out_h, out_w)
+                                 : PixelRegion{0, 0, full_h, full_w};
+  DecodedRegion region = bad_sample_on_error(
+      index, [&] { return options_.decoder->decode_region(bytes, file, denominator, wanted); });
+  DecodedImage& image = region.image;
+  check_mode(index, file, image);
+  if (region.full_height != full_h || region.full_width != full_w) {
+    // A decoder that cannot scale returned the whole image at its own size.
+    const double fy = static_cast<double>(region.full_height) / header.height;
+    const double fx = static_cast<double>(region.full_width) / header.width;
+    box = {source_box.top * fy, source_box.left * fx, source_box.height * fy,
+           source_box.width * fx};
   }
   if (image.channels != channels_) image = convert_channels(image, static_cast<int>(channels_));
   // value / divisor, then (x - mean) / std: one multiply-add per channel.
@@ -242,8 +264,9 @@ void ImageSamples::decode_photo(std::int64_t index, std::uint64_t seed, int epoc
     scale[k] = static_cast<float>(1.0 / (divisor * sd));
     bias[k] = static_cast<float>(-mean / sd);
   }
-  resample_to_chw(image.pixels.data(), image.height, image.width, image.channels, box, out_h, out_w,
-                  flip, scale, bias, dst);
+  const PixelRegion window{region.top, region.left, image.height, image.width};
+  resample_window_to_chw(image.pixels.data(), window, region.full_height, region.full_width,
+                         image.channels, box, out_h, out_w, flip, scale, bias, dst);
 }
 
 }  // namespace mirror::data::detail

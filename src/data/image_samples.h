@@ -73,6 +73,8 @@ class ImageSamples : public Dataset {
   /// The decoded image, or BadSample naming it.
   DecodedImage decode_bytes(std::int64_t index, const std::string& name,
                             std::span<const std::uint8_t> bytes, int denominator) const;
+  /// BadSample when --color auto meets an image of the other mode.
+  void check_mode(std::int64_t index, const std::string& name, const DecodedImage& image) const;
   void check_not_bad(std::int64_t index) const {
     if (auto it = bad_.find(index); it != bad_.end())
       throw BadSample(it->second + " (sample " + std::to_string(index) + ")", index);

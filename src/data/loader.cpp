@@ -233,13 +233,24 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
     shape.insert(shape.begin(), b);
     batch.inputs = Tensor::empty(shape, DType::kFloat32);
     auto* dst = batch.inputs.data<float>();
-    for (std::int64_t j = 0; j < b; ++j) {
+    auto decode = [&](std::int64_t j) {
       if (ids[j] >= 0) {
         decode_or_replace(ids[j], batch.epoch, dst + j * per);
         augment_image(options_.augment, options_.seed, batch.epoch, ids[j], sample, dst + j * per);
       } else {
         std::memset(dst + j * per, 0, sizeof(float) * per);
       }
+    };
+    if (options_.sample_pool) {
+      // Chunks of samples, about four per decoding thread: cheap samples (arrays) do not pay a
+      // claim each, and uneven ones (photographs of different sizes) still balance.
+      const std::int64_t chunk =
+          std::max<std::int64_t>(1, b / (4 * (options_.sample_pool->threads() + 1)));
+      options_.sample_pool->run((b + chunk - 1) / chunk, [&](std::int64_t c) {
+        for (std::int64_t j = c * chunk; j < std::min(b, (c + 1) * chunk); ++j) decode(j);
+      });
+    } else {
+      for (std::int64_t j = 0; j < b; ++j) decode(j);
     }
   }
   std::int32_t steps = 1;

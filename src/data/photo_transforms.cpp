@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <utility>
 
 #include "data/hash.h"
 #include "mirror/error.h"
@@ -89,15 +91,23 @@ Taps make_taps(double start, double length, int in_size, int out_size, bool flip
 /// vertical weights over the columns any output pixel reads (contiguous bytes: a loop the
 /// compiler vectorises), then each output pixel sums its horizontal taps of that float row,
 /// every channel at once (C independent sums, not one dependent chain per channel).
-template <int C>
-void resample_rows_then_columns(const std::uint8_t* pixels, int w, const Taps& cols,
-                                const Taps& rows, int out_h, int out_w, const float* scale,
-                                const float* bias, float* dst) {
-  int c0 = w, c1 = 0;  // the source columns any output pixel reads
-  for (int x = 0; x < out_w; ++x) {
-    c0 = std::min(c0, cols.first[static_cast<std::size_t>(x)]);
-    c1 = std::max(c1, cols.first[static_cast<std::size_t>(x)] + cols.count[static_cast<std::size_t>(x)]);
+/// [lo, hi): the source pixels any output of `t` reads.
+std::pair<int, int> reach(const Taps& t) {
+  int lo = std::numeric_limits<int>::max(), hi = 0;
+  for (std::size_t o = 0; o < t.first.size(); ++o) {
+    lo = std::min(lo, t.first[o]);
+    hi = std::max(hi, t.first[o] + t.count[o]);
   }
+  return {lo, hi};
+}
+
+/// `pixels` is the window of the image that starts at (top, left) and is `w` columns wide; the
+/// taps index the whole image.
+template <int C>
+void resample_rows_then_columns(const std::uint8_t* pixels, int top, int left, int w,
+                                const Taps& cols, const Taps& rows, int out_h, int out_w,
+                                const float* scale, const float* bias, float* dst) {
+  const auto [c0, c1] = reach(cols);  // the source columns any output pixel reads
   const std::size_t span = static_cast<std::size_t>(c1 - c0) * C;
   thread_local std::vector<float> line;  // one row at a time: no allocation per image
   line.resize(span);
@@ -105,7 +115,10 @@ void resample_rows_then_columns(const std::uint8_t* pixels, int w, const Taps& c
   const std::size_t plane = static_cast<std::size_t>(out_h) * out_w;
   for (int y = 0; y < out_h; ++y) {
     const float* wy = rows.weights.data() + static_cast<std::size_t>(y) * rows.max_taps;
-    const std::uint8_t* src = pixels + (static_cast<std::size_t>(rows.first[static_cast<std::size_t>(y)]) * w + c0) * C;
+    const std::uint8_t* src =
+        pixels +
+        (static_cast<std::size_t>(rows.first[static_cast<std::size_t>(y)] - top) * w + (c0 - left)) *
+            C;
     const std::size_t stride = static_cast<std::size_t>(w) * C;
     for (std::size_t i = 0; i < span; ++i) acc[i] = wy[0] * static_cast<float>(src[i]);
     for (int t = 1; t < rows.count[static_cast<std::size_t>(y)]; ++t) {
@@ -244,14 +257,39 @@ CropBox eval_crop_box(int height, int width, int resize, int out_h, int out_w) {
 void resample_to_chw(const std::uint8_t* pixels, int h, int w, int c, const CropBox& box,
                      int out_h, int out_w, bool flip, const float* scale, const float* bias,
                      float* dst) {
+  resample_window_to_chw(pixels, PixelRegion{0, 0, h, w}, h, w, c, box, out_h, out_w, flip, scale,
+                         bias, dst);
+}
+
+PixelRegion resample_source_region(int h, int w, const CropBox& box, int out_h, int out_w) {
+  const auto [r0, r1] = reach(make_taps(box.top, box.height, h, out_h, false));
+  const auto [c0, c1] = reach(make_taps(box.left, box.width, w, out_w, false));
+  return {r0, c0, r1 - r0, c1 - c0};
+}
+
+void resample_window_to_chw(const std::uint8_t* pixels, const PixelRegion& window, int h, int w,
+                            int c, const CropBox& box, int out_h, int out_w, bool flip,
+                            const float* scale, const float* bias, float* dst) {
   MIRROR_CHECK(c == 1 || c == 3, InvalidArgument,
                "resample_to_chw reads 1 or 3 channels, got " + std::to_string(c));
   const Taps cols = make_taps(box.left, box.width, w, out_w, flip);
   const Taps rows = make_taps(box.top, box.height, h, out_h, false);
+  const auto [r0, r1] = reach(rows);
+  const auto [c0, c1] = reach(cols);
+  MIRROR_CHECK(r0 >= window.top && r1 <= window.top + window.height && c0 >= window.left &&
+                   c1 <= window.left + window.width,
+               InvalidArgument,
+               "resample: the decoded window (rows " + std::to_string(window.top) + "+" +
+                   std::to_string(window.height) + ", columns " + std::to_string(window.left) +
+                   "+" + std::to_string(window.width) + ") lacks pixels the crop reads (rows " +
+                   std::to_string(r0) + ".." + std::to_string(r1) + ", columns " +
+                   std::to_string(c0) + ".." + std::to_string(c1) + ")");
   if (c == 1)
-    resample_rows_then_columns<1>(pixels, w, cols, rows, out_h, out_w, scale, bias, dst);
+    resample_rows_then_columns<1>(pixels, window.top, window.left, window.width, cols, rows,
+                                  out_h, out_w, scale, bias, dst);
   else
-    resample_rows_then_columns<3>(pixels, w, cols, rows, out_h, out_w, scale, bias, dst);
+    resample_rows_then_columns<3>(pixels, window.top, window.left, window.width, cols, rows,
+                                  out_h, out_w, scale, bias, dst);
 }
 
 }  // namespace mirror::data

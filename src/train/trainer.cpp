@@ -59,11 +59,18 @@ std::string task_label(const std::string& description) {
 
 /// --data-workers, or automatically the cores each local replica can have (1 to 4): loader
 /// threads that assemble (and decode) batches ahead of the step; results never depend on it.
-int data_workers(const TrainConfig& c, const dist::Runtime& rt, int local_replicas) {
+/// The rank's decoding threads (Note [Sample pool]): --data-workers, or the cores this rank can
+/// have on its host, shared by its local replicas.
+int data_workers(const TrainConfig& c, const dist::Runtime& rt) {
   if (c.data_workers > 0) return c.data_workers;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::clamp(cores / std::max(1, rt.local_size() * local_replicas), 1, 4);
+  return std::clamp(cores / std::max(1, rt.local_size()), 1, 64);
 }
+
+/// Threads per loader that take whole batches (their samples go to the pool): two, so one
+/// batch's upload or epoch order overlaps the next one's decoding.
+constexpr int kBatchAssemblers = 2;
+constexpr int kPrefetchDepth = 4;
 
 std::string shape_text(const Shape& s) {
   std::string out = "[";
@@ -253,9 +260,11 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
     const std::string augment_note =
         augment.enabled() ? "; training images augmented: " + data::to_string(augment) : "";
     const data::LoaderOptions& lo = train_loaders.front()->options();
-    progress.message("[mirror] data: " + std::to_string(lo.num_workers) +
-                     " loader worker(s) and " + std::to_string(lo.prefetch_depth) +
-                     " batches prefetched per replica" +
+    const int local = strategy->local_replicas();
+    progress.message("[mirror] data: " + std::to_string(sample_pool->threads() + 1) +
+                     " decoding thread(s) per rank" +
+                     (local > 1 ? ", shared by its " + std::to_string(local) + " replicas" : "") +
+                     "; " + std::to_string(lo.prefetch_depth) + " batches prefetched per replica" +
                      (config.skip_bad_samples ? "; bad samples replaced (--skip-bad-samples)" : ""));
     if (const auto classes = task.train->class_names(); !classes.empty()) {
       std::string list;
@@ -486,6 +495,8 @@ void Trainer::Impl::check_host_memory(const StepMemory& need, const std::string&
 
 void Trainer::Impl::make_loaders() {
   const int local = strategy->local_replicas();
+  // The assembling thread decodes too, so the pool's helpers are one fewer than the workers.
+  sample_pool = std::make_shared<data::SamplePool>(data_workers(config, runtime) - 1);
   for (int i = 0; i < local; ++i) {
     data::ShardSpec shard{strategy->first_replica() + i, strategy->world_replicas()};
     data::LoaderOptions train_opts;
@@ -494,8 +505,9 @@ void Trainer::Impl::make_loaders() {
     train_opts.last_batch = data::LastBatch::kPad;
     train_opts.bucket_by_length = task.train->variable_length();
     train_opts.augment = data::parse_image_augment(config.augment);
-    train_opts.num_workers = data_workers(config, runtime, local);
-    train_opts.prefetch_depth = std::max(3, 2 * train_opts.num_workers);
+    train_opts.num_workers = kBatchAssemblers;
+    train_opts.prefetch_depth = kPrefetchDepth;
+    train_opts.sample_pool = sample_pool;
     train_opts.skip_bad_samples = config.skip_bad_samples;
     const Device device = strategy->devices()[static_cast<std::size_t>(i)];
     if (device.is_cuda()) {

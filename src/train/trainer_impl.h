@@ -203,6 +203,7 @@ struct Trainer::Impl {
   std::vector<std::string> precision_notes;  // emulated math modes, logged (precision.h)
   dist::LossKind loss = dist::LossKind::kSoftmaxCrossEntropy;
   std::unique_ptr<dist::MirroredStrategy> strategy;
+  std::shared_ptr<data::SamplePool> sample_pool;  // every loader's decoding threads
   std::vector<std::unique_ptr<data::Loader>> train_loaders, test_loaders;
   std::unique_ptr<optim::LrSchedule> schedule;
   std::int64_t global_batch = 0;

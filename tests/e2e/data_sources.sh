@@ -56,7 +56,7 @@ for source in shards images; do
 done
 grep -q '4 shards, mapped' shards-1.out || fail "shards: $(grep 'model ' shards-1.out)"
 grep -q '\[mirror\] classes (label order): ankle, bag, coat' images-1.out || fail "images: no class list"
-grep -q '\[mirror\] data: [0-9]* loader worker(s) and [0-9]* batches prefetched per replica' images-1.out ||
+grep -q '\[mirror\] data: 2 decoding thread(s) per rank; [0-9]* batches prefetched per replica' images-1.out ||
   fail "no loader line: $(head -5 images-1.out)"
 
 model=(--model-spec "$root/tests/e2e/smooth_cnn.json")

@@ -36,6 +36,19 @@ struct DecodedImage {
   std::vector<std::uint8_t> pixels;
 };
 
+/// A rectangle of an image in pixels: rows [top, top + height), columns [left, left + width).
+struct PixelRegion {
+  int top = 0, left = 0, height = 0, width = 0;
+};
+
+/// Part of an image as decoded: `image` holds the rows and columns of the full (possibly
+/// reduced) image of full_height x full_width that start at (top, left).
+struct DecodedRegion {
+  DecodedImage image;
+  int top = 0, left = 0;
+  int full_height = 0, full_width = 0;
+};
+
 /// Decodes whole files. Implementations are safe to call from several threads at once (each
 /// thread gets its own decoder state).
 class ImageDecoder {
@@ -56,6 +69,20 @@ class ImageDecoder {
                                       const std::string& name, int denominator) const {
     (void)denominator;
     return decode(bytes, name);
+  }
+  /// Note [Region decode]: at least `region` of the image at 1/`denominator` scale (region in
+  /// the reduced image's pixels), each pixel exactly as the whole image's decode gives it. A
+  /// JPEG decoder skips the work outside the region (the colour conversion, upsampling and
+  /// inverse DCT of the blocks left out; the entropy-coded data is still read, so a truncated
+  /// or corrupt file fails as in a whole decode). By default: the whole image.
+  virtual DecodedRegion decode_region(std::span<const std::uint8_t> bytes, const std::string& name,
+                                      int denominator, const PixelRegion& region) const {
+    (void)region;
+    DecodedRegion out;
+    out.image = decode_reduced(bytes, name, denominator);
+    out.full_height = out.image.height;
+    out.full_width = out.image.width;
+    return out;
   }
 };
 
@@ -87,5 +114,13 @@ void image_to_chw(const DecodedImage& image, int channels, int height, int width
 /// PNG (libpng), and a baseline JPEG of `quality` 1..100 with 4:4:4 sampling (libjpeg-turbo).
 std::vector<std::uint8_t> encode_png(const DecodedImage& image);
 std::vector<std::uint8_t> encode_jpeg(const DecodedImage& image, int quality = 95);
+/// How encode_jpeg compresses: 4:4:4 baseline by default; chroma subsampled 4:2:0 (what cameras
+/// and PIL write) and progressive on request.
+struct JpegEncoding {
+  int quality = 95;
+  bool subsample_chroma = false;
+  bool progressive = false;
+};
+std::vector<std::uint8_t> encode_jpeg(const DecodedImage& image, const JpegEncoding& encoding);
 
 }  // namespace mirror::data

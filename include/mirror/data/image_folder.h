@@ -42,6 +42,10 @@ struct ImageFolderOptions {
   /// false: decode every JPEG whole (loader-bench --full-decode measures what the reduced
   /// decode saves).
   bool reduced_decode = true;
+  /// false: decode the whole (reduced) image instead of the region the crop reads (Note [Region
+  /// decode], image_decode.h); the batches are the same (loader-bench --whole-image measures
+  /// what the region saves).
+  bool region_decode = true;
 };
 
 /// An image folder: DIR/<class>/.../<image>. Classes are the subfolders of DIR in sorted (byte)

@@ -18,6 +18,7 @@
 #include "mirror/data/augment.h"
 #include "mirror/data/batch.h"
 #include "mirror/data/dataset.h"
+#include "mirror/data/sample_pool.h"
 
 namespace mirror::data {
 
@@ -45,6 +46,9 @@ struct LoaderOptions {
   int bucket_window = 32;
   int prefetch_depth = 3;  // batches prepared ahead of the consumer; 0 = no thread, synchronous
   int num_workers = 1;     // threads assembling batches (when prefetch_depth > 0)
+  /// Decodes the samples of each batch in parallel (Note [Sample pool]); shared by the loaders
+  /// of one rank. Null: each batch is decoded by the thread assembling it.
+  std::shared_ptr<SamplePool> sample_pool;
   /// Random crops and flips of image samples (Note [Augmentation draws], augment.h); the
   /// Loader refuses them for data that is not [C, H, W] images.
   ImageAugment augment;

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mirror/data/image_decode.h"
+
 namespace mirror::data {
 
 /// What `--crop random-resized[=MIN,MAX] --flip --normalize ... --eval-resize R --eval-crop C`
@@ -72,5 +74,17 @@ CropBox eval_crop_box(int height, int width, int resize, int out_h, int out_w);
 void resample_to_chw(const std::uint8_t* pixels, int h, int w, int c, const CropBox& box,
                      int out_h, int out_w, bool flip, const float* scale, const float* bias,
                      float* dst);
+
+/// The rows and columns of an h x w image that resample_to_chw reads for `box` (the crop and the
+/// reach of its filter, clamped to the image): what a region decode must deliver (Note [Region
+/// decode], image_decode.h).
+PixelRegion resample_source_region(int h, int w, const CropBox& box, int out_h, int out_w);
+
+/// resample_to_chw of an h x w image of which only `window` was decoded: `pixels` holds
+/// window.height x window.width x c bytes. The result is the same as from the whole image;
+/// InvalidArgument when the window lacks a pixel the resample reads.
+void resample_window_to_chw(const std::uint8_t* pixels, const PixelRegion& window, int h, int w,
+                            int c, const CropBox& box, int out_h, int out_w, bool flip,
+                            const float* scale, const float* bias, float* dst);
 
 }  // namespace mirror::data

@@ -55,7 +55,7 @@ struct TrainConfig {
   std::string image_size;      // "H,W" (default: the first image's size)
   std::string color = "auto";  // auto | grayscale | rgb
   std::string decode = "cpu";  // cpu | gpu (JPEG through nvJPEG)
-  int data_workers = 0;        // loader threads per replica (0: cores / local replicas, 1..4)
+  int data_workers = 0;        // the rank's decoding threads (0: its cores on the host, <= 64)
   // The photograph recipe (mirror/data/photo_transforms.h): training crops and flips, the
   // normalisation of both splits, and the evaluation resize + centre crop.
   std::string crop = "none";       // none | random-resized[=MIN,MAX]
