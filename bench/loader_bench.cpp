@@ -33,6 +33,7 @@
 #include "mirror/data/photo_transforms.h"
 #include "mirror/data/sample_pool.h"
 #include "mirror/data/synthetic.h"
+#include "mirror/data/tar_shards.h"
 #include "mirror/data/words.h"
 #include "mirror/error.h"
 
@@ -125,7 +126,7 @@ std::shared_ptr<const Dataset> stored_dataset(const std::string& name, const fs:
                                               const std::string& data_dir,
                                               const std::string& images,
                                               const ImageFolderOptions& image_options) {
-  if (name == "images" && !images.empty()) return load_image_folder(images, image_options);
+  if (name == "images" && !images.empty()) return load_image_input(images, image_options);
   const fs::path marker = work / (name + ".done");
   if (!fs::exists(marker)) {
     const auto [x, y] = fashion_arrays(data_dir, Split::kTrain);
@@ -200,7 +201,9 @@ int main(int argc, char** argv) {
       "dict-dir", po::value(&dict_dir)->default_value(kDictDir), "word list folder")(
       "work-dir", po::value(&work_dir),
       "where npy-mmap, shards and images write Fashion-MNIST (default: a temporary folder)")(
-      "images", po::value(&images), "the image folder the `images` dataset reads")(
+      "images", po::value(&images),
+      "the image folder, or tar shards (a .tar, a folder of them or a glob), the `images` dataset "
+      "reads")(
       "image-size", po::value(&image_size),
       "with --images: HEIGHT,WIDTH of the samples (default: the first image's size)")(
       "crop", po::value(&crop)->default_value("none"),

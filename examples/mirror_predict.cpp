@@ -210,7 +210,8 @@ int main(int argc, char** argv) {
       "label-column", po::value(&f.label_column),
       "with --input-csv: a column to drop (name or 0-based index), e.g. the training label")(
       "input-images", po::value(&f.input_images)->multitoken(),
-      "samples: JPEG/PNG files or folders of them (every image below, sorted), resized to the "
+      "samples: JPEG/PNG files or folders of them (every image below, sorted), or one set of tar "
+      "shards (a .tar, a folder of them or a quoted glob: every image member), resized to the "
       "model's input as in training")(
       "output-classes", po::value(&f.output_classes),
       "also write a CSV: each sample (its file for images) and its predicted class (named when "

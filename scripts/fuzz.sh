@@ -3,13 +3,13 @@
 # each for ${FUZZ_SECONDS:-120} seconds from a seed corpus of valid files. Findings (crash-*,
 # leak-*, timeout-*) are written to the build dir's fuzz-out/<target>/ and make the script fail.
 # usage: scripts/fuzz.sh [target...]
-#        (default: idx_fuzz wordlist_fuzz arrays_fuzz csv_fuzz token_text_fuzz)
+#        (default: idx_fuzz wordlist_fuzz arrays_fuzz csv_fuzz token_text_fuzz tar_fuzz)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${FUZZ_SECONDS:-120}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx_fuzz wordlist_fuzz arrays_fuzz csv_fuzz token_text_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(idx_fuzz wordlist_fuzz arrays_fuzz csv_fuzz token_text_fuzz tar_fuzz)
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -19,7 +19,7 @@ cmake --build "$build" --target "${targets[@]}"
 # Seed corpora: small valid inputs (the real Fashion-MNIST label file, word-list excerpts).
 seeds="$build/fuzz-seeds"
 mkdir -p "$seeds/idx_fuzz" "$seeds/wordlist_fuzz" "$seeds/arrays_fuzz" "$seeds/csv_fuzz" \
-  "$seeds/token_text_fuzz"
+  "$seeds/token_text_fuzz" "$seeds/tar_fuzz"
 fm=/usr/share/datasets/fashion-mnist
 [ -f "$fm/t10k-labels-idx1-ubyte.gz" ] && cp "$fm/t10k-labels-idx1-ubyte.gz" "$seeds/idx_fuzz/labels.gz"
 [ -f "$fm/t10k-labels-idx1-ubyte.gz" ] && gzip -dc "$fm/t10k-labels-idx1-ubyte.gz" | head -c 200 > "$seeds/idx_fuzz/labels_raw_cut"
@@ -53,6 +53,18 @@ printf '\x0c1,0.5,7\n2,0.25,8\n' > "$seeds/csv_fuzz/float_first"
 printf '\x00"x, y",z\n1,0\n' > "$seeds/csv_fuzz/quoted"
 printf '\x001 5 3 9\n0 2 2\n\n3\t7 1 1\r\n' > "$seeds/token_text_fuzz/basic"
 printf '\x532 4 5\n0 1\n1 6 6 6 6\n' > "$seeds/token_text_fuzz/stated"
+
+# Tar seeds: Python's tarfile in its GNU (long names), pax and ustar (name prefix) formats.
+python3 - "$seeds/tar_fuzz" <<'PY'
+import io, sys, tarfile
+for fmt, name in ((tarfile.GNU_FORMAT, "gnu"), (tarfile.PAX_FORMAT, "pax"), (tarfile.USTAR_FORMAT, "ustar")):
+    with tarfile.open(f"{sys.argv[1]}/{name}.tar", "w", format=fmt) as t:
+        for key in ("a/0001", "b/" + "long" * 30 + "/0002"):
+            for ext, data in ((".png", b"\x89PNG" + bytes(40)), (".cls", b"1")):
+                info = tarfile.TarInfo(key + ext)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+PY
 
 status=0
 for t in "${targets[@]}"; do

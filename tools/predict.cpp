@@ -17,6 +17,7 @@
 #include "mirror/data/csv.h"
 #include "mirror/data/idx.h"
 #include "mirror/data/image_folder.h"
+#include "mirror/data/tar_shards.h"
 #include "mirror/data/npy.h"
 #include "mirror/data/token_text.h"
 #include "mirror/error.h"
@@ -236,7 +237,9 @@ Inputs read_image_input(const std::vector<std::string>& paths, const InputSpec& 
   o.scale_to_unit = !raw;  // Note [Raw values]: a Rescaling model takes 0..255
   o.photo = transforms;
   o.evaluation = true;
-  const auto ds = data::load_image_files(paths, o);
+  const auto ds = paths.size() == 1 && data::is_tar_shards(paths.front())
+                      ? data::load_tar_shard_images(paths.front(), o)
+                      : data::load_image_files(paths, o);
   Inputs in;
   in.shape = {ds->size(), s[0], s[1], s[2]};
   const std::int64_t per = shape_numel(s);

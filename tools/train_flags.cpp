@@ -55,7 +55,8 @@ po::options_description make_options() {
       "input-shape", po::value<std::string>(),
       "reshape each array sample, e.g. 1,28,28 (default: as stored)")(
       "train-images", po::value<std::string>(),
-      "training images: a folder with one subfolder of JPEG/PNG files per class")(
+      "training images: a folder with one subfolder of JPEG/PNG files per class, or tar shards "
+      "in WebDataset's layout (a .tar, a folder of them or a quoted glob)")(
       "test-images", po::value<std::string>(), "test images (as --train-images, same classes)")(
       "image-size", po::value<std::string>(),
       "resize images to HEIGHT,WIDTH (default: the first image's size)")(

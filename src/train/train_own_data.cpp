@@ -13,6 +13,7 @@
 #include "mirror/data/arrays.h"
 #include "mirror/data/csv.h"
 #include "mirror/data/image_folder.h"
+#include "mirror/data/tar_shards.h"
 #include "mirror/data/token_text.h"
 #include "train/trainer_impl.h"
 
@@ -38,7 +39,7 @@ std::shared_ptr<const data::Dataset> load_images(const TrainConfig& c, const std
   // The headers are read once at load: as many threads as there are cores for it.
   o.check_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   o.skip_bad_samples = c.skip_bad_samples;
-  return data::load_image_folder(dir, o);
+  return data::load_image_input(dir, o);  // an image folder or tar shards
 }
 
 /// `classes` and `vocab` (0: from the file) keep the test split consistent with training.
@@ -177,10 +178,9 @@ DataSplits load_own_data(const TrainConfig& c, const Sources& s, bool raw_values
   if (!c.train_images.empty()) {
     d.train = load_images(c, c.train_images, {}, raw_values);
     if (d.train->class_names().size() == 1) {
-      d.warnings.push_back(c.train_images + " has one class folder (" +
-                           d.train->class_names().front() +
+      d.warnings.push_back(c.train_images + " has one class (" + d.train->class_names().front() +
                            "), so there is nothing to learn (a model that always answers it is "
-                           "always right); give one subfolder per class");
+                           "always right); give one subfolder (or shard label) per class");
     }
     if (!c.test_images.empty()) {
       d.test = load_images(c, c.test_images, d.train->class_names(), raw_values);
