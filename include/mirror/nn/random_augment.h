@@ -1,0 +1,48 @@
+// defines: RandomAugment, Keras's augmentation layers inside a model (RandomFlip,
+// RandomTranslation, RandomZoom, RandomRotation, RandomContrast, RandomBrightness) on images
+// [C, H, W].
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mirror/nn/layer.h"
+#include "mirror/ops.h"
+#include "mirror/ops_augment.h"
+
+namespace mirror::nn {
+
+/// While training, transforms each sample's image by a transform drawn from the step seed, this
+/// layer's name and the sample's global id (Note [Augmentation draws], src/math/random_augment.h:
+/// the same on every rank count, and a resumed run repeats it); outside training (evaluate,
+/// predict, ONNX export) it passes the input unchanged, as Keras does. The formulas are Keras
+/// 3's (ops::ImageAugment). Backward is the transform's adjoint (the geometric layers are linear
+/// in the input) or the colour layers' derivative, so a trainable layer before it trains.
+class RandomAugment : public Layer {
+ public:
+  /// `kind`: random_flip, random_translation, random_zoom, random_rotation, random_contrast or
+  /// random_brightness (its ops::ImageAugment::Kind must agree).
+  RandomAugment(std::string kind, const ops::ImageAugment& augment);
+  std::string kind() const override { return kind_; }
+  Shape build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) override;
+  Tensor forward(const Tensor& x, ForwardContext& ctx) override;
+  Tensor backward(const Tensor& dy) override;
+  nlohmann::json config() const override;
+  const ops::ImageAugment& augment() const { return augment_; }
+  /// The seed this layer draws with at a step (the step seed salted with the layer's name).
+  std::uint64_t layer_seed(std::uint64_t step_seed) const;
+
+ private:
+  std::string kind_;
+  ops::ImageAugment augment_;
+  Shape input_shape_;
+  DType dtype_ = DType::kFloat32;
+  // What backward needs of the last training forward; x_ undefined: it was the identity.
+  Tensor x_, ids_;
+  std::uint64_t seed_ = 0;
+};
+
+/// Whether `kind` is one of RandomAugment's (identity at inference, for exporters).
+bool is_random_augment(const std::string& kind);
+
+}  // namespace mirror::nn
