@@ -9,7 +9,9 @@
 #     acts: RandomRotation(0) instead of 0.1 changes the losses.
 #  2. With Keras installed: tests/data/keras/make_augment.py writes the layers' outputs for
 #     pinned draws with this Keras, and nn_random_augment_test's Keras case compares Mirror's
-#     pixels with them (Skipped when Keras is missing; part 1 still runs).
+#     pixels with them; and outside training the layers are the identity everywhere: Keras's
+#     predict with mirror-export's weights and onnxruntime on its ONNX file give mirror-predict's
+#     logits (1e-5). Skipped when Keras is missing; part 1 still runs.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 e2e_need_mpirun
 
@@ -115,6 +117,30 @@ if PATH="${MIRROR_KERAS_PYTHON_BIN:-$PATH}" KERAS_BACKEND=jax JAX_PLATFORMS=cpu 
   MIRROR_KERAS_AUGMENT="$PWD/augment.json" "$build/tests/nn_random_augment_test" \
     --gtest_filter='RandomAugmentKeras.*' >keras.out 2>&1 || { tail -20 keras.out; fail "pixels differ from Keras's"; }
   grep "largest difference" keras.out | sed 's/^/ok   /'
+  # Outside training the layers are the identity in Mirror, in Keras and in the ONNX export:
+  # mirror-predict of the 1-rank run's model = Keras's predict with its exported weights = the
+  # ONNX graph's (which takes NCHW).
+  "$build/bin/mirror-predict" --checkpoint ck-one --input x.npy --output pred.npy --devices cpu \
+    2>predict.err || { tail -3 predict.err; fail "mirror-predict"; }
+  "$build/bin/mirror-export" --checkpoint ck-one --keras-weights m.weights.h5 --onnx m.onnx \
+    2>export.err || { tail -3 export.err; fail "mirror-export"; }
+  KERAS_BACKEND=jax JAX_PLATFORMS=cpu python3 - "$spec" <<'PY' || fail "Keras's predict differs from mirror-predict"
+import sys
+import keras, numpy as np
+model = keras.models.model_from_json(open(sys.argv[1]).read())
+model.load_weights("m.weights.h5")
+x, want = np.load("x.npy"), np.load("pred.npy")
+err = float(np.abs(model.predict(x, verbose=0) - want).max() / np.abs(want).max())
+print("ok   Keras's predict with the exported weights: relative error %.2g" % err)
+np.save("x_nchw.npy", np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+assert err <= 1e-5
+PY
+  if python3 -c "import onnxruntime" 2>/dev/null; then
+    python3 "$root/tests/e2e/onnx_compare.py" 1e-5 m.onnx x_nchw.npy pred.npy ||
+      fail "onnxruntime disagrees with mirror-predict"
+  else
+    echo "skip the ONNX check: onnxruntime is not installed"
+  fi
 else
   echo "skip part 2: python modules keras/numpy not installed (pip install keras jax)"
 fi
