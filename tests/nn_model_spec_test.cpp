@@ -321,8 +321,8 @@ TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
   const std::vector<Rejection> cases = {
       {R"([{"type": "simplernn", "units": 3}])",
        {"layer 0 (simplernn)", "unknown layer type", "lstm", "batch_normalization", "add"}},
-      {R"([{"class_name": "RandomCrop", "config": {"height": 4, "width": 4}}])",
-       {"layer 0 (RandomCrop)", "RandomCrop is not supported", "--augment crop=P"}},
+      {R"([{"class_name": "RandomCrop", "config": {"height": 0, "width": 4}}])",
+       {"layer 0 (RandomCrop)", "field 'height'", "expected an integer"}},
       {R"([{"class_name": "RandomFlip", "config": {"mode": "diagonal"}}])",
        {"layer 0 (RandomFlip)", "field 'mode'", "horizontal_and_vertical"}},
       {R"([{"type": "dense", "units": 3, "kernel_sz": 1}])",

@@ -11,11 +11,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "gradcheck.h"
 #include "mirror/nn/models.h"
+#include "mirror/nn/preprocessing.h"
 #include "nn/model_spec_augment.h"
 
 namespace mirror::nn {
@@ -42,6 +45,8 @@ const char* kind_name(K k) {
       return "random_contrast";
     case K::kBrightness:
       return "random_brightness";
+    case K::kCrop:
+      return "random_crop";
   }
   return "";
 }
@@ -315,6 +320,52 @@ TEST(RandomAugment, RefusesWhatIsNotAnImage) {
   EXPECT_THROW(RandomAugment("random_zoom", augment(K::kFlip)), InvalidArgument);
 }
 
+TEST(RandomCrop, CropsAWholeWindowPerSampleAndResizesOutsideTraining) {
+  RandomCrop layer(3, 4);
+  built(layer, {2, 5, 7});
+  EXPECT_TRUE(layer.random());
+  const std::int64_t n = 48;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < n; ++i) ids.push_back(500 + i);
+  ForwardContext ctx = training(ids);
+  const Tensor x = random_tensor({n, 2, 5, 7}, 15);
+  const Tensor y = layer.forward(x, ctx);
+  EXPECT_EQ(y.shape(), (Shape{n, 2, 3, 4}));
+  const std::vector<double> xs = v(x), ys = v(y);
+  std::set<std::pair<int, int>> offsets;
+  for (std::int64_t s = 0; s < n; ++s) {
+    bool found = false;
+    for (int top = 0; top <= 2 && !found; ++top)
+      for (int left = 0; left <= 3 && !found; ++left) {
+        bool same = true;
+        for (int ch = 0; ch < 2; ++ch)
+          for (int r = 0; r < 3; ++r)
+            for (int c = 0; c < 4; ++c)
+              same = same && ys[((s * 2 + ch) * 3 + r) * 4 + c] ==
+                                 xs[((s * 2 + ch) * 5 + r + top) * 7 + c + left];
+        if (same) offsets.insert({top, left});
+        found = same;
+      }
+    EXPECT_TRUE(found) << "sample " << s << " is no window of its image";
+  }
+  EXPECT_EQ(offsets.size(), 12u);  // every one of the 3 x 4 positions is drawn
+  // Outside training: Resizing(3, 4, crop_to_aspect_ratio) (Keras's centred box, resized).
+  Resizing resize(3, 4, Resizing::Interpolation::kBilinear, true);
+  built(resize, {2, 5, 7});
+  ForwardContext predict;
+  EXPECT_EQ(v(layer.forward(x, predict)), v(resize.forward(x, predict)));
+  // Gradients of both paths.
+  ForwardContext few = training({1, 2, 3});
+  const Tensor small = random_tensor({3, 2, 5, 7}, 16);
+  expect_gradients_within(check_layer(layer, small, few), 1, 1e-7);
+  expect_gradients_within(check_layer(layer, small, predict), 1, 1e-7);
+  // An image not larger than the window in both dimensions takes the resize in training too.
+  RandomCrop tall(5, 3);
+  built(tall, {2, 5, 7});
+  EXPECT_FALSE(tall.random());
+  EXPECT_EQ(tall.forward(small, few).shape(), (Shape{3, 2, 5, 3}));
+}
+
 // ---------------------------------------------------------------- from Keras's to_json()
 /// keras.io's "image classification from scratch" head, small: Keras 3.15's to_json() of
 /// Sequential([Input((8, 8, 3)), RandomFlip("horizontal"), RandomRotation(0.1), RandomZoom(0.1),
@@ -395,8 +446,8 @@ TEST(RandomAugmentSpec, RefusesWhatItDoesNotSupportByName) {
     }
     return "accepted";
   };
-  EXPECT_NE(message("RandomCrop", {{"height", 4}, {"width", 4}}).find("RandomCrop is not supported"),
-            std::string::npos);
+  EXPECT_EQ(message("RandomCrop", {{"height", 4}, {"width", 4}}), "accepted");
+  EXPECT_NE(message("RandomCrop", {{"height", 4}}).find("'width'"), std::string::npos);
   EXPECT_NE(message("RandomRotation", {{"factor", 0.1}, {"fill_mode", "mirror"}}).find("fill_mode"),
             std::string::npos);
   EXPECT_NE(message("RandomZoom", {{"height_factor", 0.1}, {"interpolation", "bicubic"}})
@@ -461,14 +512,27 @@ TEST(RandomAugmentKeras, SamePixelsAsKerasForTheSameDraw) {
     // Mirror's output, NHWC like Keras's, for sample id `id`.
     auto mirror = [&](std::int64_t id) {
       ForwardContext ctx = training({id});
-      const std::vector<double> y = v(layer->forward(image, ctx));
+      const Tensor t = layer->forward(image, ctx);
+      const std::int64_t oh = t.dim(2), ow = t.dim(3);
+      const std::vector<double> y = v(t);
       std::vector<double> out(y.size());
-      for (std::int64_t yy = 0; yy < h; ++yy)
-        for (std::int64_t x = 0; x < w; ++x)
+      for (std::int64_t yy = 0; yy < oh; ++yy)
+        for (std::int64_t x = 0; x < ow; ++x)
           for (std::int64_t ch = 0; ch < c; ++ch)
-            out[(yy * w + x) * c + ch] = y[(ch * h + yy) * w + x];
+            out[(yy * ow + x) * c + ch] = y[(ch * oh + yy) * ow + x];
       return out;
     };
+    if (k.value("search", false)) {  // Keras's crop at a given offset: a sample Mirror crops so
+      bool found = false;
+      for (std::int64_t id = 0; id < 64 && !found; ++id) {
+        const std::vector<double> y = mirror(id);
+        found = y.size() == keras.size() &&
+                std::equal(y.begin(), y.end(), keras.begin(),
+                           [](double a, double b) { return std::fabs(a - b) <= 1e-7; });
+      }
+      EXPECT_TRUE(found) << "no sample among 64 gets Keras's window";
+      continue;
+    }
     if (cls == "RandomFlip") {  // Keras's case is the flip forced: find a sample Mirror flips
       // (the fixture's outputs carry 8 significant digits)
       auto close = [](const std::vector<double>& a, const std::vector<double>& b) {

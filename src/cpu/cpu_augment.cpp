@@ -13,22 +13,24 @@ Tensor CpuKernels::augment_forward(const ops::ImageAugment& aug, const Tensor& x
   return with_float(x, "augment_forward", [&](auto t) -> Tensor {
     using T = decltype(t);
     const math::AugmentArgs a = ops::augment_args(aug, x, seed);
-    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor y = Tensor::empty({x.dim(0), a.channels, a.out_height, a.out_width}, x.dtype(),
+                             x.device());
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
     const std::int64_t* ids = sample_ids.data<std::int64_t>();
     const std::int64_t planes = x.dim(0) * a.channels, hw = a.height * a.width;
+    const std::int64_t out_hw = a.out_height * a.out_width;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
     for (std::int64_t p = 0; p < planes; ++p) {
       const std::int64_t id = ids[p / a.channels];
       const T* in = xp + p * hw;
-      T* out = yp + p * hw;
-      if (ops::augment_is_affine(a)) {
+      T* out = yp + p * out_hw;
+      if (math::augment_is_affine(a)) {
         float m[6];
         math::augment_affine(a, id, m);
-        for (std::int64_t oy = 0; oy < a.height; ++oy)
-          for (std::int64_t ox = 0; ox < a.width; ++ox)
-            out[oy * a.width + ox] = math::affine_pixel<T>(a, m, in, oy, ox);
+        for (std::int64_t oy = 0; oy < a.out_height; ++oy)
+          for (std::int64_t ox = 0; ox < a.out_width; ++ox)
+            out[oy * a.out_width + ox] = math::affine_pixel<T>(a, m, in, oy, ox);
       } else if (a.kind == math::kAugmentContrast) {
         math::contrast_plane_forward<T>(a, math::contrast_factor(a, id), in, out);
       } else {
@@ -52,13 +54,14 @@ Tensor CpuKernels::augment_backward(const ops::ImageAugment& aug, const Tensor& 
     T* out = dx.data<T>();
     const std::int64_t* ids = sample_ids.data<std::int64_t>();
     const std::int64_t planes = x.dim(0) * a.channels, hw = a.height * a.width;
+    const std::int64_t out_hw = a.out_height * a.out_width;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain)
     for (std::int64_t p = 0; p < planes; ++p) {
       const std::int64_t id = ids[p / a.channels];
-      if (ops::augment_is_affine(a)) {
+      if (math::augment_is_affine(a)) {
         float m[6];
         math::augment_affine(a, id, m);
-        math::affine_plane_backward<T>(a, m, g + p * hw, out + p * hw);
+        math::affine_plane_backward<T>(a, m, g + p * out_hw, out + p * hw);
       } else if (a.kind == math::kAugmentContrast) {
         math::contrast_plane_backward<T>(a, math::contrast_factor(a, id), xp + p * hw, g + p * hw,
                                          out + p * hw);

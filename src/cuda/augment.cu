@@ -10,22 +10,22 @@ namespace {
 
 __global__ void affine_forward_kernel(math::AugmentArgs a, const float* x, float* y,
                                       const std::int64_t* ids, std::int64_t total) {
-  const std::int64_t hw = a.height * a.width;
-  MIRROR_GRID_LOOP(i, total) {
-    const std::int64_t plane = i / hw, at = i % hw;
+  const std::int64_t hw = a.height * a.width, out_hw = a.out_height * a.out_width;
+  MIRROR_GRID_LOOP(i, total) {  // i: an output element
+    const std::int64_t plane = i / out_hw, at = i % out_hw;
     float m[6];
     math::augment_affine(a, ids[plane / a.channels], m);
-    y[i] = math::affine_pixel<float>(a, m, x + plane * hw, at / a.width, at % a.width);
+    y[i] = math::affine_pixel<float>(a, m, x + plane * hw, at / a.out_width, at % a.out_width);
   }
 }
 
 __global__ void affine_backward_kernel(math::AugmentArgs a, const float* dy, float* dx,
                                        const std::int64_t* ids, std::int64_t planes) {
-  const std::int64_t hw = a.height * a.width;
+  const std::int64_t hw = a.height * a.width, out_hw = a.out_height * a.out_width;
   MIRROR_GRID_LOOP(p, planes) {
     float m[6];
     math::augment_affine(a, ids[p / a.channels], m);
-    math::affine_plane_backward<float>(a, m, dy + p * hw, dx + p * hw);
+    math::affine_plane_backward<float>(a, m, dy + p * out_hw, dx + p * hw);
   }
 }
 
@@ -65,7 +65,8 @@ void augment_forward(const math::AugmentArgs& a, const float* x, float* y, const
   } else if (a.kind == math::kAugmentBrightness) {
     MIRROR_LAUNCH(brightness_kernel, total, s, a, x, nullptr, y, ids, total);
   } else {
-    MIRROR_LAUNCH(affine_forward_kernel, total, s, a, x, y, ids, total);
+    const std::int64_t outputs = planes * a.out_height * a.out_width;
+    MIRROR_LAUNCH(affine_forward_kernel, outputs, s, a, x, y, ids, outputs);
   }
 }
 

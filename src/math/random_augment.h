@@ -1,6 +1,6 @@
 // defines: the per-sample draws and per-pixel arithmetic of Keras's augmentation layers
-// (RandomFlip, RandomTranslation, RandomZoom, RandomRotation, RandomContrast,
-// RandomBrightness): AugmentArgs, augment_affine (a sample's transform), affine_taps (the input
+// (RandomFlip, RandomTranslation, RandomZoom, RandomRotation, RandomCrop's training crop,
+// RandomContrast, RandomBrightness): AugmentArgs, augment_affine (a sample's transform), affine_taps (the input
 // pixels an output pixel reads, with their weights), and the colour factors. Called by the CPU
 // loops (src/cpu/cpu_augment.cpp) and the CUDA kernels (src/cuda/augment.cu) alike.
 //
@@ -33,6 +33,7 @@ enum AugmentKind : int {
   kAugmentRotation = 3,
   kAugmentContrast = 4,
   kAugmentBrightness = 5,
+  kAugmentCrop = 6,
 };
 enum AugmentFill : int { kFillReflect = 0, kFillWrap = 1, kFillConstant = 2, kFillNearest = 3 };
 
@@ -49,8 +50,14 @@ struct AugmentArgs {
   float fill_value = 0;
   float value_lo = 0, value_hi = 255;  // value_range of the colour layers
   uint64_t seed = 0;                   // the layer's seed of this step
-  int64_t channels = 0, height = 0, width = 0;
+  int64_t channels = 0, height = 0, width = 0;  // the input image
+  int64_t out_height = 0, out_width = 0;         // the output: the input's but for a crop
 };
+
+/// Whether the kind resamples the image (flip, translation, zoom, rotation, crop).
+MIRROR_HD inline bool augment_is_affine(const AugmentArgs& a) {
+  return a.kind <= kAugmentRotation || a.kind == kAugmentCrop;
+}
 
 /// The i-th uniform draw in [0, 1) of a sample (24 random bits, exact in float).
 MIRROR_HD inline float augment_uniform(uint64_t sample_key, int64_t i) {
@@ -96,6 +103,16 @@ MIRROR_HD inline void augment_affine(const AugmentArgs& a, int64_t sample_id, fl
     m[2] = (w - 1) / 2 * (1 - zx);
     m[4] = zy;
     m[5] = (h - 1) / 2 * (1 - zy);
+  } else if (a.kind == kAugmentCrop) {
+    // Keras's RandomCrop: h_start = int(uniform(0, H - height + 1)), w_start likewise; the
+    // output window starts there (whole pixels: exact under either interpolation).
+    const int64_t rows = a.height - a.out_height, cols = a.width - a.out_width;
+    int64_t top = static_cast<int64_t>(augment_between(key, 0, 0.0f, static_cast<float>(rows + 1)));
+    int64_t left = static_cast<int64_t>(augment_between(key, 1, 0.0f, static_cast<float>(cols + 1)));
+    top = top > rows ? rows : top;  // u < 1, but (rows + 1) u may round up to rows + 1
+    left = left > cols ? cols : left;
+    m[2] = static_cast<float>(left);
+    m[5] = static_cast<float>(top);
   } else if (a.kind == kAugmentRotation) {
     const float degrees = augment_between(key, 0, a.lower[0] * 360.0f, a.upper[0] * 360.0f);
     const float rad = degrees * static_cast<float>(3.14159265358979323846 / 180.0);
@@ -212,13 +229,14 @@ MIRROR_HD inline bool augment_inside(const AugmentArgs& a, T v) {
 // thread takes in the backward passes and the contrast (a plane's sums in a fixed order, so the
 // result is deterministic and the same on both sides).
 
-/// The adjoint of the sampling: dx (zeroed by the caller) += each output's dy at its taps.
+/// The adjoint of the sampling: dx (zeroed by the caller; H x W) += each output's dy (out_height
+/// x out_width) at its taps.
 template <class T>
 MIRROR_HD inline void affine_plane_backward(const AugmentArgs& a, const float m[6], const T* dy,
                                             T* dx) {
-  for (int64_t oy = 0; oy < a.height; ++oy) {
-    for (int64_t ox = 0; ox < a.width; ++ox) {
-      const T g = dy[oy * a.width + ox];
+  for (int64_t oy = 0; oy < a.out_height; ++oy) {
+    for (int64_t ox = 0; ox < a.out_width; ++ox) {
+      const T g = dy[oy * a.out_width + ox];
       const AugmentTaps<T> t = affine_taps<T>(a, m, oy, ox);
       for (int k = 0; k < t.count; ++k) {
         if (t.index[k] >= 0) dx[t.index[k]] += t.weight[k] * g;

@@ -262,13 +262,6 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
     place_in_graph(first_new, graph_name, graph_inputs);
     return;
   }
-  if (t == "randomcrop" || t == "random_crop") {
-    throw InvalidArgument(where(index, type) +
-                          ": RandomCrop is not supported: Keras 3 returns the uncropped image "
-                          "outside training, which contradicts its own output shape; crop in the "
-                          "data loader (--augment crop=P) or use CenterCrop with "
-                          "RandomTranslation (docs/keras.md)");
-  }
   std::string supported = "input (InputLayer)";
   for (const auto& [names, handler] : table) supported += ", " + names.front();
   throw InvalidArgument(where(index, type) + ": unknown layer type; supported: " + supported +

@@ -1,6 +1,6 @@
 // Reading Keras's augmentation layers (RandomFlip, RandomTranslation, RandomZoom,
-// RandomRotation, RandomContrast, RandomBrightness) into canonical layers, and those as
-// RandomAugment layers. The factors are checked and normalised as Keras 3's _set_factor does
+// RandomRotation, RandomContrast, RandomBrightness, RandomCrop) into canonical layers, and those
+// as RandomAugment (RandomCrop) layers. The factors are checked and normalised as Keras 3's _set_factor does
 // (keras/src/layers/preprocessing/image_preprocessing/*.py), so a spec written by hand with a
 // single number means what it means to Keras.
 #include <algorithm>
@@ -25,6 +25,7 @@ const std::vector<std::vector<std::string>>& augment_layer_names() {
       {"random_rotation", "randomrotation"},
       {"random_contrast", "randomcontrast"},
       {"random_brightness", "randombrightness"},
+      {"random_crop", "randomcrop"},
   };
   return names;
 }
@@ -56,6 +57,10 @@ void range(const json& j, double out[2]) {
 std::unique_ptr<Layer> make_augment_layer(const json& l) {
   const std::string type = l["type"].get<std::string>();
   if (augment_type(type) != type || type.empty()) return nullptr;
+  if (type == "random_crop") {
+    return std::make_unique<RandomCrop>(static_cast<int>(l["height"].get<std::int64_t>()),
+                                        static_cast<int>(l["width"].get<std::int64_t>()));
+  }
   using K = ops::ImageAugment::Kind;
   ops::ImageAugment a;
   double r[2];
@@ -149,7 +154,13 @@ json value_range(spec_fields::Fields& f, bool sort) {
 std::vector<json> detail::random_augment(ModelSpecParser& p, Fields& f, bool keras,
                                          const std::string& type) {
   json j = {{"type", type}};
-  if (type == "random_flip") {
+  if (type == "random_crop") {
+    for (const char* side : {"height", "width"}) {
+      const std::int64_t n = f.integer(side, "", 0, 1);
+      if (n == 0) f.fail(side, "required (a positive integer)");
+      j[side] = n;
+    }
+  } else if (type == "random_flip") {
     const std::string mode = f.text("mode", "", "horizontal_and_vertical");
     if (mode != "horizontal" && mode != "vertical" && mode != "horizontal_and_vertical") {
       f.fail("mode", "expected horizontal, vertical or horizontal_and_vertical, got \"" + mode +

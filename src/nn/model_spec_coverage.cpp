@@ -80,6 +80,9 @@ const std::map<std::string, std::string>& partly() {
       {"RandomRotation", kAugmentDraws},
       {"RandomContrast", kAugmentDraws},
       {"RandomBrightness", kAugmentDraws},
+      {"RandomCrop",
+       "a crop offset per sample (Keras: per batch); outside training Keras's centred box "
+       "resized, where Keras 3 returns the uncropped image"},
   };
   return notes;
 }
@@ -90,13 +93,8 @@ std::string refused(const std::string& k) {
     const std::size_t n = std::char_traits<char>::length(s);
     return k.size() >= n && k.compare(k.size() - n, n, s) == 0;
   };
-  if (k == "RandomCrop")
-    return "Keras 3 returns the uncropped image outside training, against its own output shape: "
-           "crop in the data loader (--augment crop=P)";
   if (starts("Random") || k == "AugMix" || k == "CutMix" || k == "MixUp" || k == "RandAugment")
-    return "random augmentation: not implemented in the model (RandomFlip, RandomTranslation, "
-           "RandomZoom, RandomRotation, RandomContrast and RandomBrightness are); Mirror's data "
-           "loader augments too (--augment)";
+    return "random augmentation: not implemented (Mirror's data loader augments: --augment)";
   if (k == "AutoContrast" || k == "Equalization" || k == "Solarization" ||
       k == "ContrastLimitedAdaptiveHistogramEqualization" || k == "MaxNumBoundingBoxes")
     return "image or bounding-box preprocessing: prepare the data before training";

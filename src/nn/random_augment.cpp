@@ -5,6 +5,7 @@
 
 #include "mirror/nn/attention.h"
 #include "mirror/nn/keras_layers.h"
+#include "mirror/nn/preprocessing.h"
 
 namespace mirror::nn {
 
@@ -24,6 +25,8 @@ const char* kind_name(ops::ImageAugment::Kind k) {
       return "random_contrast";
     case ops::ImageAugment::Kind::kBrightness:
       return "random_brightness";
+    case ops::ImageAugment::Kind::kCrop:
+      return "random_crop";
   }
   return "";
 }
@@ -105,6 +108,56 @@ nlohmann::json RandomAugment::config() const {
     if (a.kind == K::kZoom) j["same_zoom"] = a.same_zoom;
   }
   return j;
+}
+
+RandomCrop::RandomCrop(int height, int width) : height_(height), width_(width) {
+  MIRROR_CHECK(height >= 1 && width >= 1, InvalidArgument,
+               "RandomCrop: height and width must be positive, got " + std::to_string(height) +
+                   "x" + std::to_string(width));
+}
+
+Shape RandomCrop::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
+  detail::require(*this, input_shape.size() == 3,
+                  "expects an image [C, H, W] (Keras's [H, W, C]), got " +
+                      shape_str(input_shape));
+  input_shape_ = input_shape;
+  dtype_ = dtype;
+  random_ = input_shape[1] > height_ && input_shape[2] > width_;
+  resize_ = std::make_unique<Resizing>(height_, width_, Resizing::Interpolation::kBilinear, true);
+  resize_->set_name(name() + "/resize");
+  resize_->build(input_shape, dtype, device, rng);
+  return {input_shape[0], height_, width_};
+}
+
+Tensor RandomCrop::forward(const Tensor& x, ForwardContext& ctx) {
+  x_ = Tensor();
+  ids_ = Tensor();
+  if (!ctx.training || !random_) return resize_->forward(x, ctx);
+  detail::require(*this, x.rank() == 4 && Shape(x.shape().begin() + 1, x.shape().end()) ==
+                                              input_shape_,
+                  "expected input [N, " + shape_str(input_shape_).substr(1) + ", got " + x.str());
+  detail::require(*this, ctx.sample_ids.defined(), "training needs ForwardContext::sample_ids");
+  // The draws of RandomAugment's (a crop is a whole-pixel translation into a smaller window).
+  RandomAugment seeds("random_crop", crop());
+  seeds.set_name(name());
+  seed_ = seeds.layer_seed(ctx.seed);
+  ids_ = ctx.sample_ids;
+  x_ = x;
+  return ops::augment_forward(crop(), x, seed_, ids_);
+}
+
+Tensor RandomCrop::backward(const Tensor& dy) {
+  if (!x_.defined()) return resize_->backward(dy);
+  if (!input_grad_needed()) return Tensor();
+  return ops::augment_backward(crop(), x_, dy, seed_, ids_);
+}
+
+ops::ImageAugment RandomCrop::crop() const {
+  ops::ImageAugment a;
+  a.kind = ops::ImageAugment::Kind::kCrop;
+  a.crop_height = height_;
+  a.crop_width = width_;
+  return a;
 }
 
 }  // namespace mirror::nn

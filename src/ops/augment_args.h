@@ -30,12 +30,15 @@ inline math::AugmentArgs augment_args(const ImageAugment& a, const Tensor& x, st
   m.channels = x.dim(1);
   m.height = x.dim(2);
   m.width = x.dim(3);
+  const bool crop = a.kind == ImageAugment::Kind::kCrop;
+  m.out_height = crop ? a.crop_height : m.height;
+  m.out_width = crop ? a.crop_width : m.width;
+  if (crop) {  // whole-pixel offsets inside the image: one tap, never a fill
+    m.nearest = true;
+    m.fill = math::kFillConstant;
+  }
   return m;
 }
 
-/// Whether the kind resamples the image (flip, translation, zoom, rotation).
-inline bool augment_is_affine(const math::AugmentArgs& a) {
-  return a.kind <= math::kAugmentRotation;
-}
 
 }  // namespace mirror::ops

@@ -11,7 +11,8 @@
 #     pinned draws with this Keras, and nn_random_augment_test's Keras case compares Mirror's
 #     pixels with them; and outside training the layers are the identity everywhere: Keras's
 #     predict with mirror-export's weights and onnxruntime on its ONNX file give mirror-predict's
-#     logits (1e-5). Skipped when Keras is missing; part 1 still runs.
+#     logits (1e-5), and a RandomCrop model's ONNX file (the centred box resized) gives its
+#     mirror-predict logits. Skipped when Keras is missing; part 1 still runs.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 e2e_need_mpirun
 
@@ -135,9 +136,21 @@ print("ok   Keras's predict with the exported weights: relative error %.2g" % er
 np.save("x_nchw.npy", np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
 assert err <= 1e-5
 PY
+  # RandomCrop: outside training Keras's centred box resized, which the ONNX file resizes too.
+  KERAS_BACKEND=jax JAX_PLATFORMS=cpu python3 -c "import keras
+from keras import layers
+m = keras.Sequential([keras.Input((32, 32, 3)), layers.RandomCrop(24, 20), layers.Rescaling(1 / 255),
+                      layers.Conv2D(4, 3, activation='relu'), layers.GlobalAveragePooling2D(),
+                      layers.Dense(3)])
+open('crop.keras.json', 'w').write(m.to_json())" || fail "the RandomCrop model"
+  run crop "$train" "${args[@]/$spec/$PWD/crop.keras.json}" --max-steps 2
+  "$build/bin/mirror-predict" --checkpoint ck-crop --input x.npy --output crop.pred.npy \
+    --devices cpu 2>crop.predict.err || { tail -3 crop.predict.err; fail "mirror-predict crop"; }
+  "$build/bin/mirror-export" --checkpoint ck-crop --onnx crop.onnx 2>crop.export.err ||
+    { tail -3 crop.export.err; fail "mirror-export crop"; }
   if python3 -c "import onnxruntime" 2>/dev/null; then
-    python3 "$root/tests/e2e/onnx_compare.py" 1e-5 m.onnx x_nchw.npy pred.npy ||
-      fail "onnxruntime disagrees with mirror-predict"
+    python3 "$root/tests/e2e/onnx_compare.py" 1e-5 m.onnx x_nchw.npy pred.npy \
+      crop.onnx x_nchw.npy crop.pred.npy || fail "onnxruntime disagrees with mirror-predict"
   else
     echo "skip the ONNX check: onnxruntime is not installed"
   fi

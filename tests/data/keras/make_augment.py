@@ -83,6 +83,14 @@ for fill in ("reflect", "wrap", "constant", "nearest"):
                                   **common})
         run("RandomZoom", {"height_factor": (-0.3, -0.3), "width_factor": (0.2, 0.2), **common})
         run("RandomRotation", {"factor": (0.07, 0.07), **common})
+# RandomCrop: a window at a given offset (Keras draws one per batch; the test finds a sample id
+# for which Mirror draws this one), and, for an image not larger than the window in both
+# dimensions, Keras's training path: the centred box of the window's aspect ratio, resized.
+crop = keras.layers.RandomCrop(3, 4)
+cases.append({"class_name": "RandomCrop", "config": crop.get_config(), "search": True,
+              "output": [float(f"{v:.8g}") for v in
+                         np.asarray(crop.transform_images(x, (1, 2), training=True)).ravel()]})
+run("RandomCrop", {"height": 5, "width": 3})
 run("RandomZoom", {"height_factor": (0.4, 0.4), "fill_mode": "constant"})
 run("RandomRotation", {"factor": (-0.3, -0.3), "fill_mode": "constant"})
 run("RandomContrast", {"factor": (-0.6, 0.6), "value_range": (0.1, 0.9)})
