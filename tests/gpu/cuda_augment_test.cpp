@@ -25,7 +25,7 @@ TEST_F(CudaAugment, EveryKindAndFillMatchesTheCpu) {
   const Tensor x = random_tensor({3, 2, 9, 11}, 1), dy = random_tensor({3, 2, 9, 11}, 2);
   const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{4, 70, 123}, {3});
   for (K kind : {K::kFlip, K::kTranslation, K::kZoom, K::kRotation, K::kContrast,
-                 K::kBrightness}) {
+                 K::kBrightness, K::kCrop}) {
     for (Fill fill : {Fill::kReflect, Fill::kWrap, Fill::kConstant, Fill::kNearest}) {
       for (bool nearest : {false, true}) {
         SCOPED_TRACE(static_cast<int>(kind) * 8 + static_cast<int>(fill) * 2 + nearest);
@@ -39,10 +39,13 @@ TEST_F(CudaAugment, EveryKindAndFillMatchesTheCpu) {
         a.fill_value = 0.5;
         a.value_lo = -0.7;
         a.value_hi = 0.8;
+        a.crop_height = 6;  // kCrop: a 6 x 8 window of the 9 x 11 image
+        a.crop_width = 8;
+        const Tensor g = kind == K::kCrop ? random_tensor({3, 2, 6, 8}, 3) : dy;
         expect_close(ops::augment_forward(a, x.to(gpu()), 17, ids.to(gpu())),
                      ops::augment_forward(a, x, 17, ids), 1e-6, 1e-6, "augment_forward");
-        expect_close(ops::augment_backward(a, x.to(gpu()), dy.to(gpu()), 17, ids.to(gpu())),
-                     ops::augment_backward(a, x, dy, 17, ids), 1e-5, 1e-6, "augment_backward");
+        expect_close(ops::augment_backward(a, x.to(gpu()), g.to(gpu()), 17, ids.to(gpu())),
+                     ops::augment_backward(a, x, g, 17, ids), 1e-5, 1e-6, "augment_backward");
       }
     }
   }
