@@ -68,9 +68,8 @@ Shape RandomAugment::build(const Shape& input_shape, DType dtype, Device, InitRn
   return input_shape;
 }
 
-std::uint64_t RandomAugment::layer_seed(std::uint64_t step_seed) const {
-  // Dropout's salting by name, plus a constant so a dropout layer's stream is never ours.
-  return detail::dropout_seed(*this, step_seed ^ 0x6175676d656e7421ull);
+std::uint64_t augment_layer_seed(const Layer& layer, std::uint64_t step_seed) {
+  return detail::dropout_seed(layer, step_seed ^ 0x6175676d656e7421ull);  // "augment!"
 }
 
 Tensor RandomAugment::forward(const Tensor& x, ForwardContext& ctx) {
@@ -81,7 +80,7 @@ Tensor RandomAugment::forward(const Tensor& x, ForwardContext& ctx) {
   ids_ = Tensor();
   if (!ctx.training) return x;
   detail::require(*this, ctx.sample_ids.defined(), "training needs ForwardContext::sample_ids");
-  seed_ = layer_seed(ctx.seed);
+  seed_ = augment_layer_seed(*this, ctx.seed);
   ids_ = ctx.sample_ids;
   x_ = x;
   return ops::augment_forward(augment_, x, seed_, ids_);
@@ -137,10 +136,7 @@ Tensor RandomCrop::forward(const Tensor& x, ForwardContext& ctx) {
                                               input_shape_,
                   "expected input [N, " + shape_str(input_shape_).substr(1) + ", got " + x.str());
   detail::require(*this, ctx.sample_ids.defined(), "training needs ForwardContext::sample_ids");
-  // The draws of RandomAugment's (a crop is a whole-pixel translation into a smaller window).
-  RandomAugment seeds("random_crop", crop());
-  seeds.set_name(name());
-  seed_ = seeds.layer_seed(ctx.seed);
+  seed_ = augment_layer_seed(*this, ctx.seed);
   ids_ = ctx.sample_ids;
   x_ = x;
   return ops::augment_forward(crop(), x, seed_, ids_);

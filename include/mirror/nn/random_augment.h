@@ -30,8 +30,6 @@ class RandomAugment : public Layer {
   Tensor backward(const Tensor& dy) override;
   nlohmann::json config() const override;
   const ops::ImageAugment& augment() const { return augment_; }
-  /// The seed this layer draws with at a step (the step seed salted with the layer's name).
-  std::uint64_t layer_seed(std::uint64_t step_seed) const;
 
  private:
   std::string kind_;
@@ -74,6 +72,11 @@ class RandomCrop : public Layer {
   std::uint64_t seed_ = 0;
   ops::ImageAugment crop() const;
 };
+
+/// The seed an augmentation layer draws with at a step: the step seed salted with the layer's
+/// name (Dropout's salting, and a constant so that a dropout layer's stream is never one of
+/// these).
+std::uint64_t augment_layer_seed(const Layer& layer, std::uint64_t step_seed);
 
 /// Whether `kind` is one of RandomAugment's (identity at inference, for exporters).
 bool is_random_augment(const std::string& kind);
