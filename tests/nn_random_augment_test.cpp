@@ -12,8 +12,8 @@
 #include <fstream>
 #include <iostream>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradcheck.h"
@@ -191,7 +191,8 @@ TEST(RandomAugment, TranslatesByWholePixelsExactly) {
               want = 3.5;
             } else {
               if (fill == Fill::kReflect) sr = reflect(sr, 8), sc = reflect(sc, 8);
-              if (fill == Fill::kNearest) sr = std::max<std::int64_t>(sr, 0), sc = std::min<std::int64_t>(sc, 7);
+              if (fill == Fill::kNearest)
+                sr = std::max<std::int64_t>(sr, 0), sc = std::min<std::int64_t>(sc, 7);
               if (fill == Fill::kWrap) sr = (sr + 8) % 8, sc = sc % 8;
               want = xs[(p * 8 + sr) * 8 + sc];
             }
@@ -236,8 +237,8 @@ TEST(RandomAugment, ZoomAndRotationFollowKerassMatrices) {
         const double sy = 2.0 * r - 2.5, sx = 2.0 * c - 2.5;
         const auto y0 = static_cast<std::int64_t>(std::floor(sy));
         const auto x0 = static_cast<std::int64_t>(std::floor(sx));
-        const double want = 0.25 * (at(y0, x0) + at(y0, x0 + 1) + at(y0 + 1, x0) +
-                                    at(y0 + 1, x0 + 1));
+        const double want =
+            0.25 * (at(y0, x0) + at(y0, x0 + 1) + at(y0 + 1, x0) + at(y0 + 1, x0 + 1));
         EXPECT_NEAR(ys[r * 6 + c], want, 1e-12) << r << " " << c;
       }
   }
@@ -402,7 +403,8 @@ nlohmann::json keras_model() {
 }
 
 TEST(RandomAugmentSpec, ReadsKerassLayersAndTrains) {
-  const ModelSpec spec = ModelSpec::from_json(keras_model(), "keras").bind({{3, 8, 8}, DType::kFloat32, 3, 0});
+  const ModelSpec spec =
+      ModelSpec::from_json(keras_model(), "keras").bind({{3, 8, 8}, DType::kFloat32, 3, 0});
   const nlohmann::json layers = spec.to_json()["layers"];
   EXPECT_EQ(layers[0]["type"], "random_flip");
   EXPECT_EQ(layers[0]["mode"], "horizontal");
@@ -458,10 +460,11 @@ TEST(RandomAugmentSpec, RefusesWhatItDoesNotSupportByName) {
                 .find("bounding_box_format"),
             std::string::npos);
   EXPECT_NE(message("RandomRotation", {{"factor", 1.5}}).find("factor"), std::string::npos);
-  EXPECT_NE(message("RandomContrast", {{"factor", 0.2}, {"value_range", {1, 0}}})
-                .find("value_range"),
-            std::string::npos);
-  EXPECT_EQ(message("RandomTranslation", {{"height_factor", 0.1}, {"width_factor", nlohmann::json::array({0.0, 0.1})}}),
+  EXPECT_NE(
+      message("RandomContrast", {{"factor", 0.2}, {"value_range", {1, 0}}}).find("value_range"),
+      std::string::npos);
+  EXPECT_EQ(message("RandomTranslation",
+                    {{"height_factor", 0.1}, {"width_factor", nlohmann::json::array({0.0, 0.1})}}),
             "accepted");
 }
 
@@ -471,9 +474,9 @@ TEST(RandomAugmentSpec, RefusesWhatItDoesNotSupportByName) {
 /// training output on one image.
 nlohmann::json augment_cases() {
   const char* path = std::getenv("MIRROR_KERAS_AUGMENT");
-  const std::string file = path != nullptr ? std::string(path)
-                                           : std::string(MIRROR_SOURCE_DIR) +
-                                                 "/tests/data/keras/reference/augment.json";
+  const std::string file =
+      path != nullptr ? std::string(path)
+                      : std::string(MIRROR_SOURCE_DIR) + "/tests/data/keras/reference/augment.json";
   std::ifstream in(file);
   if (!in) throw DataError("cannot open " + file);
   return nlohmann::json::parse(in);
@@ -493,14 +496,13 @@ TEST(RandomAugmentKeras, SamePixelsAsKerasForTheSameDraw) {
   for (const nlohmann::json& k : cases["cases"]) {
     const std::string cls = k["class_name"];
     SCOPED_TRACE(cls + " " + k["config"].dump());
-    nlohmann::json model = {
-        {"class_name", "Sequential"},
-        {"config",
-         {{"name", "m"},
-          {"layers",
-           {{{"class_name", "InputLayer"},
-             {"config", {{"batch_shape", {nullptr, h, w, c}}, {"name", "in"}}}},
-            {{"class_name", cls}, {"config", k["config"]}}}}}}};
+    nlohmann::json model = {{"class_name", "Sequential"},
+                            {"config",
+                             {{"name", "m"},
+                              {"layers",
+                               {{{"class_name", "InputLayer"},
+                                 {"config", {{"batch_shape", {nullptr, h, w, c}}, {"name", "in"}}}},
+                                {{"class_name", cls}, {"config", k["config"]}}}}}}};
     // The canonical layer the parser reads, built as make_model builds it.
     const nlohmann::json canonical = ModelSpec::from_json(model, "keras").to_json();
     std::unique_ptr<Layer> layer = detail::make_augment_layer(canonical["layers"][0]);

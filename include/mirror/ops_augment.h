@@ -12,9 +12,10 @@ namespace mirror::ops {
 /// Keras's augmentation layers on images x [N, C, H, W] (Note [Augmentation draws] and Note
 /// [Keras's affine sampling], src/math/random_augment.h): each sample's transform is drawn from
 /// `seed` (the layer's, of this step) and its global id in `sample_ids` (int64 [N], on x's
-/// device); the output has x's shape (a crop's: [N, C, crop_height, crop_width]). Flip, translation, zoom and rotation resample the image
-/// (`fill`, `nearest` or bilinear), a crop takes a window; contrast and brightness change values and clip them to
-/// [value_lo, value_hi].
+/// device); the output has x's shape (a crop's: [N, C, crop_height, crop_width]). Flip,
+/// translation, zoom and rotation resample the image
+/// (`fill`, `nearest` or bilinear), a crop takes a window; contrast and brightness change values
+/// and clip them to [value_lo, value_hi].
 struct ImageAugment {
   enum class Kind { kFlip, kTranslation, kZoom, kRotation, kContrast, kBrightness, kCrop };
   enum class Fill { kReflect, kWrap, kConstant, kNearest };

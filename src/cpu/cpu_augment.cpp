@@ -13,8 +13,8 @@ Tensor CpuKernels::augment_forward(const ops::ImageAugment& aug, const Tensor& x
   return with_float(x, "augment_forward", [&](auto t) -> Tensor {
     using T = decltype(t);
     const math::AugmentArgs a = ops::augment_args(aug, x, seed);
-    Tensor y = Tensor::empty({x.dim(0), a.channels, a.out_height, a.out_width}, x.dtype(),
-                             x.device());
+    Tensor y =
+        Tensor::empty({x.dim(0), a.channels, a.out_height, a.out_width}, x.dtype(), x.device());
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
     const std::int64_t* ids = sample_ids.data<std::int64_t>();
@@ -42,9 +42,8 @@ Tensor CpuKernels::augment_forward(const ops::ImageAugment& aug, const Tensor& x
   });
 }
 
-Tensor CpuKernels::augment_backward(const ops::ImageAugment& aug, const Tensor& x,
-                                    const Tensor& dy, std::uint64_t seed,
-                                    const Tensor& sample_ids) {
+Tensor CpuKernels::augment_backward(const ops::ImageAugment& aug, const Tensor& x, const Tensor& dy,
+                                    std::uint64_t seed, const Tensor& sample_ids) {
   return with_float(x, "augment_backward", [&](auto t) -> Tensor {
     using T = decltype(t);
     const math::AugmentArgs a = ops::augment_args(aug, x, seed);

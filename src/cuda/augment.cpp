@@ -11,9 +11,8 @@ Tensor CudaKernels::augment_forward(const ops::ImageAugment& aug, const Tensor& 
   const math::AugmentArgs args = ops::augment_args(aug, x, seed);
   Tensor y = Tensor::empty({x.dim(0), args.channels, args.out_height, args.out_width}, x.dtype(),
                            x.device());
-  cuda::augment_forward(args, f32(x, "augment_forward"),
-                        f32(y, "augment_forward"), sample_ids.data<std::int64_t>(), x.dim(0),
-                        op.stream());
+  cuda::augment_forward(args, f32(x, "augment_forward"), f32(y, "augment_forward"),
+                        sample_ids.data<std::int64_t>(), x.dim(0), op.stream());
   return y;
 }
 

@@ -1,8 +1,9 @@
 // defines: the per-sample draws and per-pixel arithmetic of Keras's augmentation layers
 // (RandomFlip, RandomTranslation, RandomZoom, RandomRotation, RandomCrop's training crop,
-// RandomContrast, RandomBrightness): AugmentArgs, augment_affine (a sample's transform), affine_taps (the input
-// pixels an output pixel reads, with their weights), and the colour factors. Called by the CPU
-// loops (src/cpu/cpu_augment.cpp) and the CUDA kernels (src/cuda/augment.cu) alike.
+// RandomContrast, RandomBrightness): AugmentArgs, augment_affine (a sample's transform),
+// affine_taps (the input pixels an output pixel reads, with their weights), and the colour factors.
+// Called by the CPU loops (src/cpu/cpu_augment.cpp) and the CUDA kernels (src/cuda/augment.cu)
+// alike.
 //
 // Note [Augmentation draws]: a sample's transform is a pure function of the layer's seed (the
 // step seed salted with the layer's name, as Dropout's) and the sample's global id, drawn with
@@ -48,10 +49,10 @@ struct AugmentArgs {
   int fill = kFillReflect;
   bool nearest = false;  // interpolation "nearest" (else "bilinear")
   float fill_value = 0;
-  float value_lo = 0, value_hi = 255;  // value_range of the colour layers
-  uint64_t seed = 0;                   // the layer's seed of this step
+  float value_lo = 0, value_hi = 255;           // value_range of the colour layers
+  uint64_t seed = 0;                            // the layer's seed of this step
   int64_t channels = 0, height = 0, width = 0;  // the input image
-  int64_t out_height = 0, out_width = 0;         // the output: the input's but for a crop
+  int64_t out_height = 0, out_width = 0;        // the output: the input's but for a crop
 };
 
 /// Whether the kind resamples the image (flip, translation, zoom, rotation, crop).
@@ -108,7 +109,8 @@ MIRROR_HD inline void augment_affine(const AugmentArgs& a, int64_t sample_id, fl
     // output window starts there (whole pixels: exact under either interpolation).
     const int64_t rows = a.height - a.out_height, cols = a.width - a.out_width;
     int64_t top = static_cast<int64_t>(augment_between(key, 0, 0.0f, static_cast<float>(rows + 1)));
-    int64_t left = static_cast<int64_t>(augment_between(key, 1, 0.0f, static_cast<float>(cols + 1)));
+    int64_t left =
+        static_cast<int64_t>(augment_between(key, 1, 0.0f, static_cast<float>(cols + 1)));
     top = top > rows ? rows : top;  // u < 1, but (rows + 1) u may round up to rows + 1
     left = left > cols ? cols : left;
     m[2] = static_cast<float>(left);
@@ -135,7 +137,7 @@ MIRROR_HD inline int64_t augment_floor_mod(int64_t i, int64_t n) {
 MIRROR_HD inline int64_t augment_fix_index(int fill, int64_t i, int64_t size) {
   if (fill == kFillNearest) return i < 0 ? 0 : (i >= size ? size - 1 : i);
   if (fill == kFillWrap) return augment_floor_mod(i, size);
-  if (fill == kFillReflect) {  // floor((mirror(2 i + 1, 2 size + 1) - 1) / 2)
+  if (fill == kFillReflect) {    // floor((mirror(2 i + 1, 2 size + 1) - 1) / 2)
     const int64_t s = 2 * size;  // mirror's half wavelength: (2 size + 1) - 1
     const int64_t m = augment_floor_mod(2 * i + 1 + s, 2 * s) - s;
     const int64_t t = (m < 0 ? -m : m) - 1;
@@ -168,8 +170,8 @@ MIRROR_HD inline AugmentTaps<T> affine_taps(const AugmentArgs& a, const float m[
   const float ys = m[3] * x + m[4] * y + m[5];
   AugmentTaps<T> t{};
   if (a.nearest) {
-    t.index[0] = augment_tap_index(a, static_cast<int64_t>(roundf(ys)),
-                                   static_cast<int64_t>(roundf(xs)));
+    t.index[0] =
+        augment_tap_index(a, static_cast<int64_t>(roundf(ys)), static_cast<int64_t>(roundf(xs)));
     t.weight[0] = T(1);
     t.count = 1;
     return t;
@@ -192,8 +194,8 @@ MIRROR_HD inline AugmentTaps<T> affine_taps(const AugmentArgs& a, const float m[
 
 /// One output pixel of a geometric layer from its plane (forward).
 template <class T>
-MIRROR_HD inline T affine_pixel(const AugmentArgs& a, const float m[6], const T* plane,
-                                int64_t oy, int64_t ox) {
+MIRROR_HD inline T affine_pixel(const AugmentArgs& a, const float m[6], const T* plane, int64_t oy,
+                                int64_t ox) {
   const AugmentTaps<T> t = affine_taps<T>(a, m, oy, ox);
   T sum = T(0);
   for (int k = 0; k < t.count; ++k) {

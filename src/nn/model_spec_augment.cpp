@@ -1,8 +1,8 @@
 // Reading Keras's augmentation layers (RandomFlip, RandomTranslation, RandomZoom,
 // RandomRotation, RandomContrast, RandomBrightness, RandomCrop) into canonical layers, and those
-// as RandomAugment (RandomCrop) layers. The factors are checked and normalised as Keras 3's _set_factor does
-// (keras/src/layers/preprocessing/image_preprocessing/*.py), so a spec written by hand with a
-// single number means what it means to Keras.
+// as RandomAugment (RandomCrop) layers. The factors are checked and normalised as Keras 3's
+// _set_factor does (keras/src/layers/preprocessing/image_preprocessing/*.py), so a spec written by
+// hand with a single number means what it means to Keras.
 #include <algorithm>
 #include <cmath>
 
@@ -19,12 +19,9 @@ namespace detail {
 
 const std::vector<std::vector<std::string>>& augment_layer_names() {
   static const std::vector<std::vector<std::string>> names = {
-      {"random_flip", "randomflip"},
-      {"random_translation", "randomtranslation"},
-      {"random_zoom", "randomzoom"},
-      {"random_rotation", "randomrotation"},
-      {"random_contrast", "randomcontrast"},
-      {"random_brightness", "randombrightness"},
+      {"random_flip", "randomflip"},         {"random_translation", "randomtranslation"},
+      {"random_zoom", "randomzoom"},         {"random_rotation", "randomrotation"},
+      {"random_contrast", "randomcontrast"}, {"random_brightness", "randombrightness"},
       {"random_crop", "randomcrop"},
   };
   return names;
@@ -163,8 +160,8 @@ std::vector<json> detail::random_augment(ModelSpecParser& p, Fields& f, bool ker
   } else if (type == "random_flip") {
     const std::string mode = f.text("mode", "", "horizontal_and_vertical");
     if (mode != "horizontal" && mode != "vertical" && mode != "horizontal_and_vertical") {
-      f.fail("mode", "expected horizontal, vertical or horizontal_and_vertical, got \"" + mode +
-                         "\"");
+      f.fail("mode",
+             "expected horizontal, vertical or horizontal_and_vertical, got \"" + mode + "\"");
     }
     j["mode"] = mode;
   } else if (type == "random_contrast" || type == "random_brightness") {

@@ -61,8 +61,7 @@ RandomAugment::RandomAugment(std::string kind, const ops::ImageAugment& augment)
 
 Shape RandomAugment::build(const Shape& input_shape, DType dtype, Device, InitRng&) {
   detail::require(*this, input_shape.size() == 3,
-                  "expects an image [C, H, W] (Keras's [H, W, C]), got " +
-                      shape_str(input_shape));
+                  "expects an image [C, H, W] (Keras's [H, W, C]), got " + shape_str(input_shape));
   input_shape_ = input_shape;
   dtype_ = dtype;
   return input_shape;
@@ -73,8 +72,8 @@ std::uint64_t augment_layer_seed(const Layer& layer, std::uint64_t step_seed) {
 }
 
 Tensor RandomAugment::forward(const Tensor& x, ForwardContext& ctx) {
-  detail::require(*this, x.rank() == 4 && Shape(x.shape().begin() + 1, x.shape().end()) ==
-                                              input_shape_,
+  detail::require(*this,
+                  x.rank() == 4 && Shape(x.shape().begin() + 1, x.shape().end()) == input_shape_,
                   "expected input [N, " + shape_str(input_shape_).substr(1) + ", got " + x.str());
   x_ = Tensor();
   ids_ = Tensor();
@@ -117,8 +116,7 @@ RandomCrop::RandomCrop(int height, int width) : height_(height), width_(width) {
 
 Shape RandomCrop::build(const Shape& input_shape, DType dtype, Device device, InitRng& rng) {
   detail::require(*this, input_shape.size() == 3,
-                  "expects an image [C, H, W] (Keras's [H, W, C]), got " +
-                      shape_str(input_shape));
+                  "expects an image [C, H, W] (Keras's [H, W, C]), got " + shape_str(input_shape));
   input_shape_ = input_shape;
   dtype_ = dtype;
   random_ = input_shape[1] > height_ && input_shape[2] > width_;
@@ -132,8 +130,8 @@ Tensor RandomCrop::forward(const Tensor& x, ForwardContext& ctx) {
   x_ = Tensor();
   ids_ = Tensor();
   if (!ctx.training || !random_) return resize_->forward(x, ctx);
-  detail::require(*this, x.rank() == 4 && Shape(x.shape().begin() + 1, x.shape().end()) ==
-                                              input_shape_,
+  detail::require(*this,
+                  x.rank() == 4 && Shape(x.shape().begin() + 1, x.shape().end()) == input_shape_,
                   "expected input [N, " + shape_str(input_shape_).substr(1) + ", got " + x.str());
   detail::require(*this, ctx.sample_ids.defined(), "training needs ForwardContext::sample_ids");
   seed_ = augment_layer_seed(*this, ctx.seed);

@@ -40,5 +40,4 @@ inline math::AugmentArgs augment_args(const ImageAugment& a, const Tensor& x, st
   return m;
 }
 
-
 }  // namespace mirror::ops

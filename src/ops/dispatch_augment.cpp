@@ -47,11 +47,11 @@ Tensor augment_backward(const ImageAugment& a, const Tensor& x, const Tensor& dy
                         std::uint64_t seed, const Tensor& sample_ids) {
   check("augment_backward", x, sample_ids);
   const Shape out = output_shape(a, x);
-  MIRROR_CHECK(dy.defined() && dy.shape() == out && dy.dtype() == x.dtype() &&
-                   dy.device() == x.device(),
-               InvalidArgument,
-               "augment_backward: dy must have the output's shape " + shape_str(out) + ", got " +
-                   (dy.defined() ? dy.str() : std::string("an undefined tensor")));
+  MIRROR_CHECK(
+      dy.defined() && dy.shape() == out && dy.dtype() == x.dtype() && dy.device() == x.device(),
+      InvalidArgument,
+      "augment_backward: dy must have the output's shape " + shape_str(out) + ", got " +
+          (dy.defined() ? dy.str() : std::string("an undefined tensor")));
   if (x.numel() == 0) return Tensor::zeros(x.shape(), x.dtype(), x.device());
   return kernels_for(x.device()).augment_backward(a, x, dy, seed, sample_ids);
 }

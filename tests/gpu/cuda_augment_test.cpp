@@ -24,8 +24,8 @@ TEST_F(CudaAugment, EveryKindAndFillMatchesTheCpu) {
   using Fill = ops::ImageAugment::Fill;
   const Tensor x = random_tensor({3, 2, 9, 11}, 1), dy = random_tensor({3, 2, 9, 11}, 2);
   const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{4, 70, 123}, {3});
-  for (K kind : {K::kFlip, K::kTranslation, K::kZoom, K::kRotation, K::kContrast,
-                 K::kBrightness, K::kCrop}) {
+  for (K kind : {K::kFlip, K::kTranslation, K::kZoom, K::kRotation, K::kContrast, K::kBrightness,
+                 K::kCrop}) {
     for (Fill fill : {Fill::kReflect, Fill::kWrap, Fill::kConstant, Fill::kNearest}) {
       for (bool nearest : {false, true}) {
         SCOPED_TRACE(static_cast<int>(kind) * 8 + static_cast<int>(fill) * 2 + nearest);
