@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "math/random_augment.h"
 #include "mirror/nn/models.h"
 #include "mirror/nn/preprocessing.h"
 #include "nn/model_spec_augment.h"
@@ -84,6 +85,15 @@ std::vector<double> sample(const Tensor& t, std::int64_t n) {
 
 const std::vector<K> kAll = {K::kFlip,     K::kTranslation, K::kZoom,
                              K::kRotation, K::kContrast,    K::kBrightness};
+
+TEST(RandomAugment, FloorAndRoundAsTheCLibrary) {
+  // Nearest interpolation rounds half away from zero, as JAX's map_coordinates; without libm.
+  for (float v : {-3.5f, -2.5f, -2.4999998f, -0.5f, -0.49999997f, -0.0f, 0.0f, 0.49999997f, 0.5f,
+                  1.5f, 2.4999998f, 2.5f, 7.25f, -7.75f, 179.5f, -180.5f}) {
+    EXPECT_EQ(math::augment_floor(v), static_cast<std::int64_t>(std::floor(v))) << v;
+    EXPECT_EQ(math::augment_round(v), static_cast<std::int64_t>(std::round(v))) << v;
+  }
+}
 
 TEST(RandomAugment, IdentityOutsideTraining) {
   for (K k : kAll) {

@@ -26,11 +26,13 @@ Tensor CpuKernels::augment_forward(const ops::ImageAugment& aug, const Tensor& x
       const T* in = xp + p * hw;
       T* out = yp + p * out_hw;
       if (math::augment_is_affine(a)) {
+        // A copy the stores to `out` cannot alias, so its fields stay in registers.
+        const math::AugmentArgs local = a;
         float m[6];
-        math::augment_affine(a, id, m);
-        for (std::int64_t oy = 0; oy < a.out_height; ++oy)
-          for (std::int64_t ox = 0; ox < a.out_width; ++ox)
-            out[oy * a.out_width + ox] = math::affine_pixel<T>(a, m, in, oy, ox);
+        math::augment_affine(local, id, m);
+        for (std::int64_t oy = 0; oy < local.out_height; ++oy)
+          for (std::int64_t ox = 0; ox < local.out_width; ++ox)
+            out[oy * local.out_width + ox] = math::affine_pixel<T>(local, m, in, oy, ox);
       } else if (a.kind == math::kAugmentContrast) {
         math::contrast_plane_forward<T>(a, math::contrast_factor(a, id), in, out);
       } else {

@@ -146,6 +146,19 @@ MIRROR_HD inline int64_t augment_fix_index(int fill, int64_t i, int64_t size) {
   return i;  // constant: the caller checks the range
 }
 
+/// floor(v) and round-half-away-from-zero(v) as integers by conversion, not floorf/roundf: on
+/// x86-64 without SSE4.1 those are library calls, per tap.
+MIRROR_HD inline int64_t augment_floor(float v) {
+  const int64_t i = static_cast<int64_t>(v);  // toward zero
+  return static_cast<float>(i) > v ? i - 1 : i;
+}
+MIRROR_HD inline int64_t augment_round(float v) {
+  const float a = v < 0 ? -v : v;
+  const int64_t f = static_cast<int64_t>(a);          // floor of |v|
+  const bool up = a - static_cast<float>(f) >= 0.5f;  // exact: |v| minus its integer part
+  return v < 0 ? -(f + (up ? 1 : 0)) : f + (up ? 1 : 0);
+}
+
 /// Up to four taps of one output pixel: index into the H x W plane (-1: fill_value) and weight.
 template <class T>
 struct AugmentTaps {
@@ -155,9 +168,9 @@ struct AugmentTaps {
 };
 
 MIRROR_HD inline int64_t augment_tap_index(const AugmentArgs& a, int64_t y, int64_t x) {
-  if (a.fill == kFillConstant) {
-    return (y < 0 || y >= a.height || x < 0 || x >= a.width) ? -1 : y * a.width + x;
-  }
+  const bool inside = y >= 0 && y < a.height && x >= 0 && x < a.width;
+  if (inside) return y * a.width + x;  // most taps: no fill mode to apply
+  if (a.fill == kFillConstant) return -1;
   return augment_fix_index(a.fill, y, a.height) * a.width + augment_fix_index(a.fill, x, a.width);
 }
 
@@ -170,16 +183,14 @@ MIRROR_HD inline AugmentTaps<T> affine_taps(const AugmentArgs& a, const float m[
   const float ys = m[3] * x + m[4] * y + m[5];
   AugmentTaps<T> t{};
   if (a.nearest) {
-    t.index[0] =
-        augment_tap_index(a, static_cast<int64_t>(roundf(ys)), static_cast<int64_t>(roundf(xs)));
+    t.index[0] = augment_tap_index(a, augment_round(ys), augment_round(xs));
     t.weight[0] = T(1);
     t.count = 1;
     return t;
   }
-  const float fy = floorf(ys), fx = floorf(xs);
-  const T wy1 = T(ys - fy), wx1 = T(xs - fx);
+  const int64_t y0 = augment_floor(ys), x0 = augment_floor(xs);
+  const T wy1 = T(ys - static_cast<float>(y0)), wx1 = T(xs - static_cast<float>(x0));
   const T wy0 = T(1) - wy1, wx0 = T(1) - wx1;
-  const int64_t y0 = static_cast<int64_t>(fy), x0 = static_cast<int64_t>(fx);
   t.index[0] = augment_tap_index(a, y0, x0);
   t.weight[0] = wy0 * wx0;
   t.index[1] = augment_tap_index(a, y0, x0 + 1);

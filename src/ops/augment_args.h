@@ -33,7 +33,7 @@ inline math::AugmentArgs augment_args(const ImageAugment& a, const Tensor& x, st
   const bool crop = a.kind == ImageAugment::Kind::kCrop;
   m.out_height = crop ? a.crop_height : m.height;
   m.out_width = crop ? a.crop_width : m.width;
-  if (crop) {  // whole-pixel offsets inside the image: one tap, never a fill
+  if (crop || a.kind == ImageAugment::Kind::kFlip) {  // whole pixels inside the image: one tap
     m.nearest = true;
     m.fill = math::kFillConstant;
   }
