@@ -321,8 +321,10 @@ TEST(ModelSpecRejects, EveryUnsupportedTypeAndFieldNamesTheLayerAndField) {
   const std::vector<Rejection> cases = {
       {R"([{"type": "simplernn", "units": 3}])",
        {"layer 0 (simplernn)", "unknown layer type", "lstm", "batch_normalization", "add"}},
-      {R"([{"class_name": "RandomFlip", "config": {"mode": "horizontal"}}])",
-       {"layer 0 (RandomFlip)", "augmentation layer", "--augment", "flip"}},
+      {R"([{"class_name": "RandomCrop", "config": {"height": 0, "width": 4}}])",
+       {"layer 0 (RandomCrop)", "field 'height'", "expected an integer"}},
+      {R"([{"class_name": "RandomFlip", "config": {"mode": "diagonal"}}])",
+       {"layer 0 (RandomFlip)", "field 'mode'", "horizontal_and_vertical"}},
       {R"([{"type": "dense", "units": 3, "kernel_sz": 1}])",
        {"layer 0 (dense)", "field 'kernel_sz'", "unknown field", "units"}},
       {R"([{"type": "flatten"}, {"class_name": "GRU", "config": {"units": 4, "reset_after": false}}])",

@@ -77,8 +77,11 @@ TEST(KerasLayerCoverage, EveryLayerTheParserReadsIsSupportedOrPartly) {
   }
   EXPECT_EQ(by_class.at("Rescaling").status, "supported");
   EXPECT_EQ(by_class.at("Normalization").type, "normalization");
-  EXPECT_EQ(by_class.at("RandomFlip").status, "refused");
-  EXPECT_THAT(by_class.at("RandomFlip").note, ::testing::HasSubstr("--augment"));
+  EXPECT_EQ(by_class.at("RandomFlip").status, "partly");  // Keras's formulas, Mirror's draws
+  EXPECT_EQ(by_class.at("RandomFlip").type, "random_flip");
+  EXPECT_EQ(by_class.at("RandomCrop").type, "random_crop");
+  EXPECT_EQ(by_class.at("RandomColorJitter").status, "refused");
+  EXPECT_THAT(by_class.at("RandomColorJitter").note, ::testing::HasSubstr("--augment"));
   EXPECT_THAT(by_class.at("Conv3D").note, ::testing::HasSubstr("3-D"));
   // A refused class is refused by the parser too, and its message points to the table.
   try {

@@ -9,6 +9,7 @@
 #include "mirror/nn/attention.h"
 #include "mirror/nn/keras_layers.h"
 #include "mirror/nn/keras_ops_layers.h"
+#include "mirror/nn/random_augment.h"
 #include "tools/onnx_export_internal.h"
 
 namespace mirror::onnx::detail {
@@ -280,7 +281,8 @@ bool export_keras_layer(Ctx& c, nn::Layer& l, const std::vector<std::string>& xs
     y = up_sampling(c, l, x);
   } else if (kind == "global_max_pooling2d") {
     y = c.b.op("Flatten", {c.b.op("GlobalMaxPool", {x}, {}, l.name())}, {attr("axis", 1)});
-  } else if (kind == "spatial_dropout1d" || kind == "spatial_dropout2d") {
+  } else if (kind == "spatial_dropout1d" || kind == "spatial_dropout2d" ||
+             nn::is_random_augment(kind)) {
     y = c.b.op("Identity", {x}, {}, l.name());  // inference
   } else if (auto* t = dynamic_cast<nn::TimeDistributed*>(&l)) {
     y = time_distributed(c, *t, x, in);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "mirror/nn/preprocessing.h"
+#include "mirror/nn/random_augment.h"
 #include "tools/onnx_export_internal.h"
 
 namespace mirror::onnx::detail {
@@ -65,6 +66,9 @@ bool export_preprocessing_layer(Ctx& c, nn::Layer& l, const std::string& x, cons
     }
   } else if (kind == "resizing") {
     y = resize(c, dynamic_cast<nn::Resizing&>(l), x, l.name());
+  } else if (kind == "random_crop") {  // inference: Keras's centred box, resized
+    y = resize(c, dynamic_cast<const nn::Resizing&>(*dynamic_cast<nn::RandomCrop&>(l).resize()), x,
+               l.name());
   } else if (kind == "center_crop") {
     auto& crop = dynamic_cast<nn::CenterCrop&>(l);
     if (crop.resize() != nullptr) {

@@ -119,6 +119,11 @@ class CudaKernels final : public KernelSet {
   Tensor attention_softmax_backward(const Tensor& probs, const Tensor& dprobs,
                                     const ops::AttentionMask& m) override;
 
+  Tensor augment_forward(const ops::ImageAugment& a, const Tensor& x, std::uint64_t seed,
+                         const Tensor& sample_ids) override;
+  Tensor augment_backward(const ops::ImageAugment& a, const Tensor& x, const Tensor& dy,
+                          std::uint64_t seed, const Tensor& sample_ids) override;
+
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                   double momentum, bool nesterov, double weight_decay) override;
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, double lr, double beta1,

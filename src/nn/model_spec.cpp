@@ -12,6 +12,7 @@
 
 #include "mirror/json_input.h"
 #include "mirror/nn/models.h"
+#include "nn/model_spec_augment.h"
 #include "nn/model_spec_internal.h"
 #include "nn/model_spec_parser.h"
 
@@ -245,17 +246,21 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
     place_in_graph(first_new, graph_name, graph_inputs);
     return;
   }
-  // Keras's augmentation layers are random transforms of the input that run only in training:
-  // Mirror does that in the data loader, the same on every rank count.
-  static const std::vector<std::string> augmentation = {
-      "randomflip", "randomtranslation", "randomcrop", "randomrotation", "randomzoom",
-      "randomcontrast", "randombrightness"};
-  if (std::find(augmentation.begin(), augmentation.end(), t) != augmentation.end()) {
-    throw InvalidArgument(where(index, type) +
-                          ": a Keras augmentation layer; Mirror augments in the data loader: "
-                          "remove it from the model and pass --augment (flip for "
-                          "RandomFlip(\"horizontal\"), crop=P for a RandomTranslation or "
-                          "RandomCrop of up to P pixels; docs/data-formats.md)");
+  // Keras's augmentation layers run in the model, in training only (model_spec_augment.cpp).
+  if (const std::string aug = detail::augment_type(t); !aug.empty()) {
+    for (const char* key : {"batch_input_shape", "input_shape"}) {
+      if (!config.contains(key) || config[key].is_null()) continue;
+      if (!spec.layers_.empty()) f.fail(key, "only the first layer may state the input shape");
+      state_input(config[key], std::string(key) == "batch_input_shape",
+                  "layer " + std::to_string(index), [&](const std::string& m) { f.fail(key, m); });
+    }
+    for (json& j : detail::random_augment(*this, f, keras, aug)) {
+      if (!scope.is_null()) j["keras_scope"] = scope;
+      spec.layers_.push_back(std::move(j));
+      spec.origin_.push_back(index);
+    }
+    place_in_graph(first_new, graph_name, graph_inputs);
+    return;
   }
   std::string supported = "input (InputLayer)";
   for (const auto& [names, handler] : table) supported += ", " + names.front();

@@ -8,6 +8,7 @@
 #include "mirror/nn/stochastic_depth.h"
 #include "mirror/nn/keras_layers.h"
 #include "mirror/nn/keras_ops_layers.h"
+#include "nn/model_spec_augment.h"
 #include "nn/model_spec_internal.h"
 
 namespace mirror::nn::detail {
@@ -35,6 +36,7 @@ std::string reason(const std::string& what, const Layer& layer) {
 std::unique_ptr<Layer> make_keras_layer(
     const json& l, const std::function<std::unique_ptr<Layer>(const json&)>& make_inner) {
   const std::string type = l["type"].get<std::string>();
+  if (auto augment = make_augment_layer(l)) return augment;
   if (type == "reshape") {
     return std::make_unique<Reshape>(as_shape(l["target_shape"]), l["channels_last"].get<bool>());
   }

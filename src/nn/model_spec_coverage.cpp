@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "mirror/nn/models.h"
+#include "nn/model_spec_augment.h"
 #include "nn/model_spec_fields.h"
 #include "nn/model_spec_internal.h"
 
@@ -26,6 +27,10 @@ std::vector<std::vector<std::string>>& published() {
   static std::vector<std::vector<std::string>> names;
   return names;
 }
+
+/// Note [Augmentation draws] (src/math/random_augment.h): Keras's formulas, Mirror's draws.
+constexpr const char* kAugmentDraws =
+    "Keras's formulas; draws from the step seed and each sample's id (Keras's seed ignored)";
 
 /// What a layer the parser reads does not do (Keras class -> note); no note: supported.
 const std::map<std::string, std::string>& partly() {
@@ -69,6 +74,15 @@ const std::map<std::string, std::string>& partly() {
        "(adapt()'s values are weights to_json() does not write)"},
       {"Resizing", "bilinear and nearest; no pad_to_aspect_ratio, no antialias"},
       {"InputLayer", "one input; sparse and ragged false"},
+      {"RandomFlip", kAugmentDraws},
+      {"RandomTranslation", kAugmentDraws},
+      {"RandomZoom", kAugmentDraws},
+      {"RandomRotation", kAugmentDraws},
+      {"RandomContrast", kAugmentDraws},
+      {"RandomBrightness", kAugmentDraws},
+      {"RandomCrop",
+       "a crop offset per sample (Keras: per batch); outside training Keras's centred box "
+       "resized, where Keras 3 returns the uncropped image"},
   };
   return notes;
 }
@@ -80,7 +94,7 @@ std::string refused(const std::string& k) {
     return k.size() >= n && k.compare(k.size() - n, n, s) == 0;
   };
   if (starts("Random") || k == "AugMix" || k == "CutMix" || k == "MixUp" || k == "RandAugment")
-    return "random augmentation: Mirror augments in the data loader (--augment)";
+    return "random augmentation: not implemented (Mirror's data loader augments: --augment)";
   if (k == "AutoContrast" || k == "Equalization" || k == "Solarization" ||
       k == "ContrastLimitedAdaptiveHistogramEqualization" || k == "MaxNumBoundingBoxes")
     return "image or bounding-box preprocessing: prepare the data before training";
@@ -115,7 +129,10 @@ std::vector<std::vector<std::string>> parser_layer_names() {
   // Parsing any spec runs ModelSpecParser::layer, which publishes its table.
   ModelSpec::from_json(nlohmann::json::array({{{"type", "flatten"}}}), "coverage");
   std::lock_guard<std::mutex> lock(names_mutex());
-  return published();
+  std::vector<std::vector<std::string>> names = published();
+  // Read outside the parser's table, at its augmentation branch (model_spec_augment.cpp).
+  for (const auto& spellings : augment_layer_names()) names.push_back(spellings);
+  return names;
 }
 
 std::vector<LayerCoverage> keras_layer_coverage(const std::vector<std::string>& classes) {

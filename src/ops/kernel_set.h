@@ -9,6 +9,7 @@
 
 #include "mirror/error.h"
 #include "mirror/ops.h"
+#include "mirror/ops_augment.h"
 
 namespace mirror {
 
@@ -214,6 +215,12 @@ class KernelSet {
   virtual Tensor attention_softmax(const Tensor& scores, const ops::AttentionMask& m) = 0;
   virtual Tensor attention_softmax_backward(const Tensor& probs, const Tensor& dprobs,
                                             const ops::AttentionMask& m) = 0;
+
+  // Keras's augmentation layers (ops_augment.h; CPU: cpu_augment.cpp, CUDA: augment.cu).
+  virtual Tensor augment_forward(const ops::ImageAugment& a, const Tensor& x, std::uint64_t seed,
+                                 const Tensor& sample_ids) = 0;
+  virtual Tensor augment_backward(const ops::ImageAugment& a, const Tensor& x, const Tensor& dy,
+                                  std::uint64_t seed, const Tensor& sample_ids) = 0;
 
   virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf, double lr,
                           double momentum, bool nesterov, double weight_decay) = 0;
