@@ -92,6 +92,12 @@ std::vector<ConvCase> conv_cases() {
       {"3x3_valid_s2", {3, 2, 11, 9}, {4, 2, 3, 3}, ops::Conv2DGeometry::valid(2, 2)},
       {"5x5_same_s1", {2, 1, 12, 12}, {8, 1, 5, 5}, ops::Conv2DGeometry::same(12, 12, 5, 5, 1, 1)},
       {"1x1", {2, 6, 5, 5}, {3, 6, 1, 1}, ops::Conv2DGeometry::valid(1, 1)},
+      // Note [Strided 1x1 gradients] (cpu_conv.cpp): a ResNet-style strided shortcut on an image
+      // large enough for oneDNN 2.6's AVX-512 jit_1x1 gradients to corrupt memory.
+      {"1x1_s2_shortcut",
+       {16, 8, 64, 64},
+       {8, 8, 1, 1},
+       ops::Conv2DGeometry::same(64, 64, 1, 1, 2, 2)},
       {"explicit_asym", {2, 3, 8, 6}, {2, 3, 3, 2}, odd},
       {"mnist_like",
        {8, 16, 14, 14},

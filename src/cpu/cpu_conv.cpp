@@ -7,6 +7,7 @@
 // the tensors are reordered at the boundaries (Note [oneDNN layouts] in cpu_dnnl.h).
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cpu/cpu_dnnl.h"
@@ -128,6 +129,19 @@ Tensor image_tensor(const dnnl::memory::desc& plain, std::int64_t block, Device 
 /// The data type of the primitives' inputs under the current math mode.
 dt input_type() { return math_mode() == MathMode::kBFloat16 ? dt::bf16 : dt::f32; }
 
+/// Note [Strided 1x1 gradients]: oneDNN 2.6's jit_1x1 gradients of a strided 1x1 convolution
+/// on AVX-512 write outside their buffers with channels-last activations (a ResNet-style 1x1/2
+/// shortcut of 8 channels at 64x64, batch 16, corrupted the heap; the AVX2 kernels do not). The
+/// gradient passes of such a convolution skip that implementation for the next one oneDNN
+/// offers, which computes them correctly (tests/ops_reference_test.cpp, 1x1_s2_shortcut).
+template <class PrimitiveDesc>
+PrimitiveDesc without_strided_jit_1x1(PrimitiveDesc pd, const ConvDims& d) {
+  if (d.kh != 1 || d.kw != 1 || (d.g.stride_h == 1 && d.g.stride_w == 1)) return pd;
+  while (std::string_view(pd.impl_info_str()).starts_with("jit_1x1") && pd.next_impl()) {
+  }
+  return pd;
+}
+
 /// The first primitive descriptor `make(layouts)` returns whose activation descriptors
 /// (`acts(pd)` -> pair) are unpadded (Note [Convolution layouts]).
 template <class Make, class Acts>
@@ -228,8 +242,10 @@ Tensor conv_backward_data_dnnl(const Tensor& dy, const Tensor& w, const ConvDims
       Prim::desc desc(dnnl::algorithm::convolution_direct, activation(d.src(), l),
                       weights_in(d.weights(), l, in), activation(d.dst(), l, in), d.strides(),
                       d.pad_l(), d.pad_r());
-      return Prim::primitive_desc(desc, dnnl_user_scratchpad_attr(), dnnl_engine(),
-                                  forward_pd(d, false, l, in));
+      return without_strided_jit_1x1(
+          Prim::primitive_desc(desc, dnnl_user_scratchpad_attr(), dnnl_engine(),
+                               forward_pd(d, false, l, in)),
+          d);
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.diff_src_desc(), p.diff_dst_desc()); });
@@ -268,8 +284,10 @@ void conv_backward_weights_dnnl(const Tensor& x, const Tensor& dy, Tensor& dw, T
       auto desc = with_bias ? Prim::desc(alg, src, weights, d.bias(), dst, d.strides(), d.pad_l(),
                                          d.pad_r())
                             : Prim::desc(alg, src, weights, dst, d.strides(), d.pad_l(), d.pad_r());
-      return Prim::primitive_desc(desc, dnnl_user_scratchpad_attr(), dnnl_engine(),
-                                  forward_pd(d, with_bias, l, in));
+      return without_strided_jit_1x1(
+          Prim::primitive_desc(desc, dnnl_user_scratchpad_attr(), dnnl_engine(),
+                               forward_pd(d, with_bias, l, in)),
+          d);
     };
     auto pd = first_unpadded(
         make, [](const auto& p) { return std::pair(p.src_desc(), p.diff_dst_desc()); });
