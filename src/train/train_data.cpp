@@ -29,6 +29,10 @@ class Subset final : public DatasetView {
   std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
   std::int32_t length(std::int64_t i) const override { return base_->length(at(i)); }
   std::int32_t label(std::int64_t i) const override { return base_->label(at(i)); }
+  void decode_labels(std::int64_t i, std::int32_t* dst) const override {
+    base_->decode_labels(at(i), dst);
+  }
+  std::int64_t label_count(std::int64_t i) const override { return base_->label_count(at(i)); }
   void decode_target(std::int64_t i, float* dst) const override {
     base_->decode_target(at(i), dst);
   }
@@ -71,7 +75,13 @@ void mix_dataset(Fnv& f, const data::Dataset& ds) {
   f.mix(static_cast<std::uint64_t>(ds.num_classes()));
   for (auto d : ds.sample_shape()) f.mix(static_cast<std::uint64_t>(d));
   if (ds.target_kind() == data::TargetKind::kClass) {
-    for (std::int64_t i = 0; i < ds.size(); ++i) f.mix(static_cast<std::uint64_t>(ds.label(i)));
+    // Note [Dense labels]: every label of a sample, one per step or pixel.
+    for (auto d : ds.label_shape()) f.mix(static_cast<std::uint64_t>(d));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(shape_numel(ds.label_shape())));
+    for (std::int64_t i = 0; i < ds.size(); ++i) {
+      ds.decode_labels(i, labels.data());
+      for (std::int32_t l : labels) f.mix(static_cast<std::uint64_t>(l));
+    }
     return;
   }
   for (auto d : ds.target_shape()) f.mix(static_cast<std::uint64_t>(d));
@@ -220,9 +230,15 @@ nn::DataShape data_shape(const data::Dataset& d) {
   nn::DataShape s;
   s.sample_shape = d.sample_shape();
   s.input_dtype = d.input_dtype();
-  s.outputs =
-      d.target_kind() == data::TargetKind::kClass ? d.num_classes() : shape_numel(d.target_shape());
+  const bool classes = d.target_kind() == data::TargetKind::kClass;
+  s.outputs = classes ? d.num_classes() : shape_numel(d.target_shape());
   s.vocab = d.vocab_size();
+  if (classes) s.label_shape = d.label_shape();  // Note [Dense labels]
+  // Targets of several axes (an autoencoder's images) are matched by shape, not by a last dense.
+  if (!classes && d.target_shape().size() > 1) {
+    s.target_shape = d.target_shape();
+    s.outputs = 0;
+  }
   return s;
 }
 
@@ -342,6 +358,10 @@ void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
     if (*split && (*split)->input_dtype() == DType::kFloat32 &&
         keras_order(spec.input_shape(), (*split)->sample_shape()))
       *split = channels_first(*split);
+    // An image model's image targets (an autoencoder's) are Keras's [H, W, C] too.
+    if (*split && (*split)->target_kind() == data::TargetKind::kFloat &&
+        (*split)->target_shape().size() == 3)
+      *split = targets_channels_first(*split);
   }
 }
 

@@ -19,6 +19,12 @@ struct DataShape {
   DType input_dtype = DType::kFloat32;  // kInt32 for token ids
   std::int64_t outputs = 0;             // classes (class labels) or target elements (float targets)
   std::int64_t vocab = 0;               // token data only
+  // Note [Dense labels] (mirror/data/dataset.h): class labels per step [T] or per pixel [H, W]
+  // (the model then outputs [T, outputs] or [outputs, H, W]); empty for one per sample.
+  Shape label_shape{};
+  // Float targets of more than one axis (an autoencoder's images, in Mirror's layout): the model
+  // outputs exactly this shape; empty otherwise.
+  Shape target_shape{};
 };
 
 /// A Sequential layer list. Parsing validates every layer and field and normalises it to
