@@ -235,7 +235,8 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
   batch.labels = float_targets ? Tensor::zeros(target_shape, DType::kFloat32)
                                : Tensor::zeros(label_shape, DType::kInt32);
   if (!float_targets && label_numel != 1) {
-    for (std::int64_t k = 0; k < real; ++k) batch.global_label_count += ds.label_count(order[first + k]);
+    for (std::int64_t k = 0; k < real; ++k)
+      batch.global_label_count += ds.label_count(order[first + k]);
   }
   batch.weights = Tensor::empty({b}, DType::kFloat32);
   batch.sample_ids = Tensor::empty({b}, DType::kInt64);
@@ -270,14 +271,14 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
   std::int32_t steps = 1;
   for (std::int64_t j = 0; j < b; ++j) {
     const bool is_real = ids[j] >= 0;
-    if (!float_targets && label_numel == 1)
+    if (float_targets) {
+      if (is_real) ds.decode_target(ids[j], targets + j * target_numel);
+    } else if (label_numel == 1) {
       labels[j] = is_real ? ds.label(ids[j]) : 0;
-    else if (!float_targets && is_real)
-      ds.decode_labels(ids[j], labels + j * label_numel);
-    if (!float_targets && label_numel != 1)
+    } else {  // Note [Dense labels]: zeros (counted nowhere) for a padding sample
+      if (is_real) ds.decode_labels(ids[j], labels + j * label_numel);
       batch.label_counts.push_back(is_real ? static_cast<std::int32_t>(ds.label_count(ids[j])) : 0);
-    else if (is_real)
-      ds.decode_target(ids[j], targets + j * target_numel);
+    }
     weights[j] = is_real ? 1.0f : 0.0f;
     if (sequence) {
       // Padding samples get one step (variable) or the full length: a valid, all-zero input.
