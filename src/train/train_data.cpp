@@ -355,12 +355,12 @@ bool keras_order(const Shape& stated, const Shape& s) {
 void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
   if (!spec.channels_last_input()) return;
   for (std::shared_ptr<const data::Dataset>* split : {&d.train, &d.test}) {
-    if (*split && (*split)->input_dtype() == DType::kFloat32 &&
-        keras_order(spec.input_shape(), (*split)->sample_shape()))
-      *split = channels_first(*split);
-    // An image model's image targets (an autoencoder's) are Keras's [H, W, C] too.
-    if (*split && (*split)->target_kind() == data::TargetKind::kFloat &&
-        (*split)->target_shape().size() == 3)
+    if (!*split || (*split)->input_dtype() != DType::kFloat32 ||
+        !keras_order(spec.input_shape(), (*split)->sample_shape()))
+      continue;
+    *split = channels_first(*split);
+    // Image targets (an autoencoder's) come in the inputs' layout: Keras's [H, W, C] too.
+    if ((*split)->target_kind() == data::TargetKind::kFloat && (*split)->target_shape().size() == 3)
       *split = targets_channels_first(*split);
   }
 }
