@@ -118,6 +118,15 @@ class TargetsChannelsFirst final : public DatasetView {
   Shape hwc_;
 };
 
+/// Note [Dense labels]: every per-step label counts (a Keras model with no mask counts padding).
+class EveryStepLabelled final : public DatasetView {
+ public:
+  using DatasetView::DatasetView;
+  std::int64_t label_count(std::int64_t) const override {
+    return shape_numel(base_->label_shape());
+  }
+};
+
 class RawPixels final : public DatasetView {
  public:
   using DatasetView::DatasetView;
@@ -167,6 +176,11 @@ std::shared_ptr<const data::Dataset> targets_channels_first(
                InvalidArgument,
                "targets_channels_first: [H, W, C] float targets only, got " + base->describe());
   return std::make_shared<TargetsChannelsFirst>(std::move(base));
+}
+
+std::shared_ptr<const data::Dataset> every_step_labelled(
+    std::shared_ptr<const data::Dataset> base) {
+  return std::make_shared<EveryStepLabelled>(std::move(base));
 }
 
 std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base) {

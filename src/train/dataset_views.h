@@ -83,6 +83,10 @@ std::shared_ptr<const data::Dataset> channels_first(std::shared_ptr<const data::
 std::shared_ptr<const data::Dataset> targets_channels_first(
     std::shared_ptr<const data::Dataset> base);
 
+/// Note [Dense labels]: per-step labels that all count in the loss, padding steps included: a
+/// Keras model without a mask (no mask_zero Embedding, no Masking) computes its loss so.
+std::shared_ptr<const data::Dataset> every_step_labelled(std::shared_ptr<const data::Dataset> base);
+
 /// Fashion-MNIST's pixels (stored as i / 255) read back as the bytes 0..255 they were (Note [Raw
 /// values] in mirror/nn/models.h): for a model that rescales its input itself.
 std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base);

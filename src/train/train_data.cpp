@@ -365,6 +365,14 @@ void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
   }
 }
 
+/// Whether the spec has a Masking layer (an Embedding's mask_zero makes one).
+bool has_masking(const nn::ModelSpec& spec) {
+  for (const auto& l : spec.layers()) {
+    if (l["type"] == "masking") return true;
+  }
+  return false;
+}
+
 /// The spec bound to the training data (which it may view anew: binary labels, Keras's image
 /// layout, a wider head), and the loss the run uses; a mismatch names the spec, the data and both
 /// values.
@@ -390,6 +398,12 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
     if (d.test) d.test = fixed_length(d.test, stated[0]);
   }
   keras_image_layout(spec, d);
+  // Note [Dense labels]: Keras masks the loss with the output's mask; without a Masking layer
+  // (mask_zero adds one) there is none, and every step's label counts, padding included.
+  if (spec.keras_masks() && d.train->label_shape().size() == 1 && !has_masking(spec)) {
+    d.train = every_step_labelled(d.train);
+    if (d.test && d.test->label_shape().size() == 1) d.test = every_step_labelled(d.test);
+  }
   widen_to_spec(spec, d, cross_entropy_loss(loss, *d.train), what);
   const data::Dataset& train = *d.train;
   const bool cross_entropy = cross_entropy_loss(loss, train);

@@ -9,7 +9,10 @@
 #    inputs): NHWC and NCHW arrays train to the same weights; a target of another shape is refused
 #    naming both shapes;
 #  - a segmentation (last Conv2D with softmax) on per-pixel labels [N, 8, 8]: 1 and 2 ranks agree,
-#    mirror-predict writes [N, 8, 8, 3].
+#    mirror-predict writes [N, 8, 8, 3];
+#  - with Keras (and h5py): from Keras's initial weights, the first step's loss and accuracy at 2
+#    ranks equal Keras's own evaluate within 1e-5 (the tagger with its mask and without one, the
+#    segmentation, the autoencoder).
 # Exit 77 (skipped) without numpy or mpirun.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 python3 -c "import numpy" 2>/dev/null || { echo "SKIP: numpy is not installed"; exit 77; }
@@ -102,5 +105,51 @@ same_losses seg1.jsonl seg2.jsonl || fail "the segmentation's losses differ betw
 python3 -c "import numpy as np, sys; p = np.load('seg_p.npy')
 sys.exit(0 if p.shape == (16, 8, 8, 3) and np.allclose(p.sum(-1), 1, atol=1e-5) else 1)" ||
   fail "mirror-predict did not write [16, 8, 8, 3] probabilities per pixel"
+
+# ---- against Keras's own evaluate on the same (Keras-initialised) weights, at 2 ranks: the
+# first step's loss and accuracy are those of the initial weights on the whole batch.
+export KERAS_BACKEND="${KERAS_BACKEND:-jax}" JAX_PLATFORMS=cpu
+if python3 -c "import keras, h5py" 2>/dev/null; then
+  keras_eval() {  # keras_eval SPEC X Y LOSS OUT.weights.h5 > {"loss": ..., "accuracy": ...}
+    python3 - "$@" <<'PY'
+import json, sys
+import numpy as np, keras
+spec, x, y, loss, out = sys.argv[1:6]
+keras.utils.set_random_seed(1)
+m = keras.models.model_from_json(open(spec).read())
+m.compile(loss=loss, metrics=["accuracy"] if loss != "mse" else [])
+m.save_weights(out)
+X, Y = np.load(x), np.load(y)
+r = m.evaluate(X, Y, batch_size=len(X), verbose=0, return_dict=True)
+print(json.dumps({"loss": r["loss"], "accuracy": r.get("accuracy")}))
+PY
+  }
+  twin_check() {  # twin_check NAME SPEC X Y LOSS MIRROR_FLAGS...
+    local name=$1 spec=$2 x=$3 y=$4 loss=$5; shift 5
+    keras_eval "$spec" "$x" "$y" "$loss" "k_$name.weights.h5" >"k_$name.json" 2>"k_$name.err" ||
+      { tail -3 "k_$name.err"; fail "$name: Keras"; return; }
+    run "m_$name" mpirun --oversubscribe -np 2 "$train" "${common[@]}" --model-spec "$spec" \
+      --train-x "$x" --train-y "$y" --batch-size 16 --max-steps 1 --init-weights "k_$name.weights.h5" \
+      --log-jsonl "m_$name.jsonl" "$@"
+    python3 - "k_$name.json" "m_$name.jsonl" "$name" <<'PY' || fail "$name: Mirror's first step is not Keras's evaluate"
+import json, sys
+k = json.load(open(sys.argv[1])); m = json.loads(open(sys.argv[2]).readline())
+d = abs(m["loss"] - k["loss"]) / max(1, abs(k["loss"]))
+a = 0 if k["accuracy"] is None else abs(m["accuracy"] - k["accuracy"])
+print(sys.argv[3], "Keras", k, "Mirror loss", m["loss"], "accuracy", m.get("accuracy"), "relative", d)
+sys.exit(0 if d <= 1e-5 and a <= 1e-5 else 1)
+PY
+  }
+  python3 -c "import numpy as np; np.save('tag16_x.npy', np.load('tag_x.npy')[:16]); np.save('tag16_y.npy', np.load('tag_y.npy')[:16])"
+  twin_check tagger "$keras/dense_tagger.keras.json" tag16_x.npy tag16_y.npy sparse_categorical_crossentropy
+  # Without mask_zero Keras has no mask: every step's label counts, padding included.
+  sed 's/"mask_zero": true/"mask_zero": false/' "$keras/dense_tagger.keras.json" >unmasked.json
+  twin_check unmasked unmasked.json tag16_x.npy tag16_y.npy sparse_categorical_crossentropy
+  twin_check segmentation "$keras/dense_segmentation.keras.json" seg_x.npy seg_y.npy \
+    sparse_categorical_crossentropy
+  twin_check autoencoder "$keras/dense_autoencoder.keras.json" ae_nhwc.npy ae_nhwc.npy mse --loss mse
+else
+  echo "note: keras/h5py not installed: the comparison with Keras's evaluate is skipped"
+fi
 [ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }
 echo "dense_prediction: per-step and per-pixel labels and image targets train alike at 1 and 2 ranks"
