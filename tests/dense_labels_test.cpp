@@ -11,6 +11,7 @@
 
 #include "mirror/data/arrays.h"
 #include "mirror/data/loader.h"
+#include "mirror/nn/models.h"
 #include "mirror/ops.h"
 #include "ops_test_util.h"
 
@@ -206,6 +207,48 @@ TEST(DenseLabels, ArraysRefuseLabelsOfMoreThanThreeAxes) {
   } catch (const DataError& e) {
     EXPECT_THAT(e.what(), HasSubstr("[N, H, W] (one per pixel)"));
   }
+}
+
+std::string bind_error(const nn::ModelSpec& spec, const nn::DataShape& data) {
+  try {
+    spec.bind(data);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DenseLabels, SoftmaxFoldsInTimeDistributedDenseAndTheLastConv2D) {
+  // Note [Folded softmax]: per step (TimeDistributed(Dense)) and per pixel (Conv2D).
+  const auto tagger = nn::ModelSpec::from_json(nlohmann::json::parse(R"({"input_shape": [6, 3],
+      "layers": [{"type": "gru", "units": 4, "return_sequences": true},
+                 {"type": "TimeDistributed", "layer": {"class_name": "Dense",
+                  "config": {"units": 5, "activation": "softmax"}}}]})"));
+  EXPECT_TRUE(tagger.softmax_folded());
+  nn::DataShape steps{{6, 3}, DType::kFloat32, 5, 0};
+  steps.label_shape = {6};
+  EXPECT_EQ(bind_error(tagger, steps), "");
+  steps.label_shape = {7};
+  EXPECT_THAT(bind_error(tagger, steps), HasSubstr("outputs [6,5] per sample but the data needs [7,5]"));
+  const auto seg = nn::ModelSpec::from_json(nlohmann::json::parse(R"({"input_shape": [2, 4, 4],
+      "layers": [{"type": "conv2d", "filters": 3, "kernel": 1, "activation": "softmax"}]})"));
+  EXPECT_TRUE(seg.softmax_folded());
+  nn::DataShape pixels{{2, 4, 4}, DType::kFloat32, 3, 0};
+  pixels.label_shape = {4, 4};
+  EXPECT_EQ(bind_error(seg, pixels), "");
+  pixels.outputs = 4;
+  EXPECT_THAT(bind_error(seg, pixels), HasSubstr("outputs [3,4,4] per sample but the data needs [4,4,4]"));
+  // A float target of another shape than the output names both.
+  nn::DataShape image{{2, 4, 4}, DType::kFloat32, 0, 0};
+  image.target_shape = {3, 4, 4};
+  EXPECT_EQ(bind_error(seg, image), "");
+  image.target_shape = {4, 4, 3};
+  EXPECT_THAT(bind_error(seg, image), HasSubstr("outputs [3,4,4] per sample but the data needs [4,4,3]"));
+  // A softmax anywhere but on the last layer is still refused.
+  EXPECT_THROW(nn::ModelSpec::from_json(nlohmann::json::parse(R"({"input_shape": [2, 4, 4],
+      "layers": [{"type": "conv2d", "filters": 3, "kernel": 1, "activation": "softmax"},
+                 {"type": "conv2d", "filters": 3, "kernel": 1}]})")),
+               InvalidArgument);
 }
 
 }  // namespace
