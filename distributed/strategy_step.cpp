@@ -117,11 +117,12 @@ void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, c
       // Note [Dense labels]: per-step labels [n, T] for an output [T, K], per-pixel [n, H, W]
       // for [K, H, W], with the labelled positions of each sample.
       const bool steps = y.rank() == 2 && output.size() == 2;
-      const bool pixels = y.rank() == 3 && output.size() == 3 && y.dim(1) == output[1] &&
-                          y.dim(2) == output[2];
-      MIRROR_CHECK(!(steps || pixels) || static_cast<std::int64_t>(b.label_counts.size()) == y.dim(0),
-                   InvalidArgument,
-                   std::string(what) + ": per-step or per-pixel labels need the batch's label counts");
+      const bool pixels =
+          y.rank() == 3 && output.size() == 3 && y.dim(1) == output[1] && y.dim(2) == output[2];
+      MIRROR_CHECK(
+          !(steps || pixels) || static_cast<std::int64_t>(b.label_counts.size()) == y.dim(0),
+          InvalidArgument,
+          std::string(what) + ": per-step or per-pixel labels need the batch's label counts");
       MIRROR_CHECK(
           classes && ((y.rank() == 1 && output.size() == 1) || steps || pixels), InvalidArgument,
           loss_mismatch(loss, what, output, y,
@@ -136,13 +137,13 @@ void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, c
                  InvalidArgument,
                  loss_mismatch(loss, what, output, y, "needs float targets") +
                      "; for class labels choose softmax-cross-entropy");
-    MIRROR_CHECK(y.rank() >= 1 &&
-                     (y.dim(0) == 0 ? shape_numel(sample) == width : per_sample == width),
-                 InvalidArgument,
-                 loss_mismatch(loss, what, output, y,
-                               "needs one output per target element (" +
-                                   std::to_string(shape_numel(sample)) + " per sample here)") +
-                     "; make the model's last layer that wide");
+    MIRROR_CHECK(
+        y.rank() >= 1 && (y.dim(0) == 0 ? shape_numel(sample) == width : per_sample == width),
+        InvalidArgument,
+        loss_mismatch(loss, what, output, y,
+                      "needs one output per target element (" +
+                          std::to_string(shape_numel(sample)) + " per sample here)") +
+            "; make the model's last layer that wide");
   }
 }
 
@@ -271,9 +272,9 @@ Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::
                        " valid steps (its mask); the labels' padding must be the input's "
                        "(trailing zeros) and masked in the model (mask_zero / Masking)");
     }
-    ops::DenseLossResult loss = ops::dense_softmax_cross_entropy(
-        logits, micro.labels, micro.weights, micro.label_counts,
-        static_cast<double>(micro.global_label_count));
+    ops::DenseLossResult loss =
+        ops::dense_softmax_cross_entropy(logits, micro.labels, micro.weights, micro.label_counts,
+                                         static_cast<double>(micro.global_label_count));
     r.now->loss += loss.loss;
     r.now->correct += loss.correct;
     r.now->target_values += loss.counted;
@@ -287,7 +288,8 @@ Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::
   }
   // check_loss_inputs made the targets' elements per sample equal the output's; an output of
   // several axes (an autoencoder's image) is one row of elements per sample.
-  const Tensor rows = logits.reshape({logits.dim(0), logits.numel() / std::max<std::int64_t>(logits.dim(0), 1)});
+  const Tensor rows =
+      logits.reshape({logits.dim(0), logits.numel() / std::max<std::int64_t>(logits.dim(0), 1)});
   Tensor targets = micro.labels.reshape(rows.shape());
   if (targets.dtype() != logits.dtype()) targets = ops::cast(targets, logits.dtype());
   const auto kind = options_.loss == LossKind::kBinaryCrossEntropy

@@ -37,7 +37,8 @@ TEST(DenseLabels, PerStepLossMasksPaddingAndDividesByTheGlobalCount) {
   const Tensor labels = i32({1, 0, 7 /* padding: ignored */, 0, 1, 1}, {2, 3});
   const Tensor w = f64({1, 0.5}, {2});
   const double global = 9;  // labelled steps in the global batch (other replicas hold 4)
-  const ops::DenseLossResult r = ops::dense_softmax_cross_entropy(logits, labels, w, {2, 3}, global);
+  const ops::DenseLossResult r =
+      ops::dense_softmax_cross_entropy(logits, labels, w, {2, 3}, global);
   auto row = [&](int i) { return std::vector<double>{x[2 * i], x[2 * i + 1]}; };
   const double want =
       (nll(row(0), 1) + nll(row(1), 0) + 0.5 * (nll(row(3), 0) + nll(row(4), 1) + nll(row(5), 1))) /
@@ -70,7 +71,8 @@ TEST(DenseLabels, PerStepGradientMatchesCentralDifferences) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double keep = x[i];
     x[i] = keep + h;
-    const double up = ops::dense_softmax_cross_entropy(f64(x, {3, 4, 5}), labels, w, counted, 8).loss;
+    const double up =
+        ops::dense_softmax_cross_entropy(f64(x, {3, 4, 5}), labels, w, counted, 8).loss;
     x[i] = keep - h;
     const double down =
         ops::dense_softmax_cross_entropy(f64(x, {3, 4, 5}), labels, w, counted, 8).loss;
@@ -107,8 +109,8 @@ TEST(DenseLabels, ReplicasSumToTheOneReplicaMean) {
   for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int32_t>((i * 7) % 3);
   const Tensor labels = i32(l, {6, 4});
   const std::vector<std::int32_t> counted = {4, 1, 3, 2, 4, 2};
-  const ops::DenseLossResult one =
-      ops::dense_softmax_cross_entropy(logits, labels, f64(std::vector<double>(6, 1), {6}), counted, 16);
+  const ops::DenseLossResult one = ops::dense_softmax_cross_entropy(
+      logits, labels, f64(std::vector<double>(6, 1), {6}), counted, 16);
   const std::vector<double> d1 = ops_test::values(one.dlogits);
   for (int replicas : {2, 3}) {
     const std::int64_t per = 6 / replicas;
@@ -229,7 +231,8 @@ TEST(DenseLabels, SoftmaxFoldsInTimeDistributedDenseAndTheLastConv2D) {
   steps.label_shape = {6};
   EXPECT_EQ(bind_error(tagger, steps), "");
   steps.label_shape = {7};
-  EXPECT_THAT(bind_error(tagger, steps), HasSubstr("outputs [6,5] per sample but the data needs [7,5]"));
+  EXPECT_THAT(bind_error(tagger, steps),
+              HasSubstr("outputs [6,5] per sample but the data needs [7,5]"));
   const auto seg = nn::ModelSpec::from_json(nlohmann::json::parse(R"({"input_shape": [2, 4, 4],
       "layers": [{"type": "conv2d", "filters": 3, "kernel": 1, "activation": "softmax"}]})"));
   EXPECT_TRUE(seg.softmax_folded());
@@ -237,13 +240,15 @@ TEST(DenseLabels, SoftmaxFoldsInTimeDistributedDenseAndTheLastConv2D) {
   pixels.label_shape = {4, 4};
   EXPECT_EQ(bind_error(seg, pixels), "");
   pixels.outputs = 4;
-  EXPECT_THAT(bind_error(seg, pixels), HasSubstr("outputs [3,4,4] per sample but the data needs [4,4,4]"));
+  EXPECT_THAT(bind_error(seg, pixels),
+              HasSubstr("outputs [3,4,4] per sample but the data needs [4,4,4]"));
   // A float target of another shape than the output names both.
   nn::DataShape image{{2, 4, 4}, DType::kFloat32, 0, 0};
   image.target_shape = {3, 4, 4};
   EXPECT_EQ(bind_error(seg, image), "");
   image.target_shape = {4, 4, 3};
-  EXPECT_THAT(bind_error(seg, image), HasSubstr("outputs [3,4,4] per sample but the data needs [4,4,3]"));
+  EXPECT_THAT(bind_error(seg, image),
+              HasSubstr("outputs [3,4,4] per sample but the data needs [4,4,3]"));
   // A softmax anywhere but on the last layer is still refused.
   EXPECT_THROW(nn::ModelSpec::from_json(nlohmann::json::parse(R"({"input_shape": [2, 4, 4],
       "layers": [{"type": "conv2d", "filters": 3, "kernel": 1, "activation": "softmax"},

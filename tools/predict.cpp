@@ -559,10 +559,12 @@ void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec, Cl
   for (std::size_t b = 0; b + block <= values.size(); b += block) {
     for (std::int64_t p = 0; p < axis.stride; ++p) {
       for (std::int64_t c = 0; c < axis.classes; ++c)
-        pixel[static_cast<std::size_t>(c)] = values[b + static_cast<std::size_t>(c * axis.stride + p)];
+        pixel[static_cast<std::size_t>(c)] =
+            values[b + static_cast<std::size_t>(c * axis.stride + p)];
       apply_output_kind(pixel, spec, axis.classes, output_kind);
       for (std::int64_t c = 0; c < axis.classes; ++c)
-        values[b + static_cast<std::size_t>(c * axis.stride + p)] = pixel[static_cast<std::size_t>(c)];
+        values[b + static_cast<std::size_t>(c * axis.stride + p)] =
+            pixel[static_cast<std::size_t>(c)];
     }
   }
 }

@@ -173,10 +173,11 @@ ArrayDataset::ArrayDataset(std::vector<std::pair<ArrayFile, ArrayFile>> pairs,
   }
   description_ =
       "arrays " + x_name + " / " + y_name + ": " + std::to_string(count_) + " samples, " +
-      (float_targets_ ? "float targets " + shape_str(target_shape_)
-                      : std::to_string(classes_) + " classes" +
-                            (label_shape_.empty() ? "" : " (labels " + shape_str(label_shape_) +
-                                                             " per sample)")) +
+      (float_targets_
+           ? "float targets " + shape_str(target_shape_)
+           : std::to_string(classes_) + " classes" +
+                 (label_shape_.empty() ? ""
+                                       : " (labels " + shape_str(label_shape_) + " per sample)")) +
       ", " +
       (tokens() ? "token ids " + shape_str(sample_shape_) + " vocab " + std::to_string(vocab_)
                 : std::string(element_type_name(x_type_)) + " " + shape_str(sample_shape_)) +

@@ -127,8 +127,9 @@ void check_output_shape(const std::string& model, const Shape& s, const DataShap
     const bool tokens = data.input_dtype == DType::kInt32;
     MIRROR_CHECK(s.size() == 2 && s[1] == data.outputs && (s[0] == l[0] || (tokens && s[0] > l[0])),
                  InvalidArgument,
-                 model + ": the model outputs " + shape_str(s) + needs + shape_str({l[0], data.outputs}) +
-                     " (per-step labels " + shape_str(l) + " of " + std::to_string(data.outputs) +
+                 model + ": the model outputs " + shape_str(s) + needs +
+                     shape_str({l[0], data.outputs}) + " (per-step labels " + shape_str(l) +
+                     " of " + std::to_string(data.outputs) +
                      " classes): end with a recurrent layer returning sequences and a dense of " +
                      std::to_string(data.outputs) + " units (TimeDistributed or not)");
     return;
@@ -144,7 +145,8 @@ void check_output_shape(const std::string& model, const Shape& s, const DataShap
   }
   if (!data.target_shape.empty()) {
     MIRROR_CHECK(s == data.target_shape, InvalidArgument,
-                 model + ": the model outputs " + shape_str(s) + needs + shape_str(data.target_shape) +
+                 model + ": the model outputs " + shape_str(s) + needs +
+                     shape_str(data.target_shape) +
                      " (the float targets' shape, in Mirror's [C, H, W] layout for images): make "
                      "the model's output the targets' shape");
     return;

@@ -34,23 +34,23 @@ DenseLossResult dense_softmax_cross_entropy(const Tensor& logits, const Tensor& 
                                             double global_count) {
   const char* op = "dense_softmax_cross_entropy";
   const bool steps = logits.rank() == 3 && labels.rank() == 2 && labels.dim(1) == logits.dim(1);
-  const bool pixels = logits.rank() == 4 && labels.rank() == 3 &&
-                      labels.dim(1) == logits.dim(2) && labels.dim(2) == logits.dim(3);
-  MIRROR_CHECK((steps || pixels) && labels.dim(0) == logits.dim(0) &&
-                   labels.dtype() == DType::kInt32,
-               InvalidArgument,
-               std::string(op) + ": expected logits [N, T, K] with int32 labels [N, T], or [N, K, "
-                                 "H, W] with labels [N, H, W]; got logits " +
-                   shape_str(logits.shape()) + " and labels " + shape_str(labels.shape()) + " (" +
-                   labels.str() + ")");
+  const bool pixels = logits.rank() == 4 && labels.rank() == 3 && labels.dim(1) == logits.dim(2) &&
+                      labels.dim(2) == logits.dim(3);
+  MIRROR_CHECK(
+      (steps || pixels) && labels.dim(0) == logits.dim(0) && labels.dtype() == DType::kInt32,
+      InvalidArgument,
+      std::string(op) +
+          ": expected logits [N, T, K] with int32 labels [N, T], or [N, K, "
+          "H, W] with labels [N, H, W]; got logits " +
+          shape_str(logits.shape()) + " and labels " + shape_str(labels.shape()) + " (" +
+          labels.str() + ")");
   const std::int64_t n = logits.dim(0), k = steps ? logits.dim(2) : logits.dim(1);
   const std::int64_t p = labels.numel() / std::max<std::int64_t>(n, 1);
-  MIRROR_CHECK(weights.rank() == 1 && weights.dim(0) == n &&
-                   static_cast<std::int64_t>(counted.size()) == n,
-               InvalidArgument,
-               std::string(op) + ": weights " + weights.str() + " and " +
-                   std::to_string(counted.size()) + " counts for " + std::to_string(n) +
-                   " samples");
+  MIRROR_CHECK(
+      weights.rank() == 1 && weights.dim(0) == n && static_cast<std::int64_t>(counted.size()) == n,
+      InvalidArgument,
+      std::string(op) + ": weights " + weights.str() + " and " + std::to_string(counted.size()) +
+          " counts for " + std::to_string(n) + " samples");
   // Row weights: the sample's weight for its counted positions, 0 past them.
   Tensor host_w = weights.to(Device::cpu());
   if (host_w.dtype() != DType::kFloat64) host_w = cast(host_w, DType::kFloat64);
@@ -62,7 +62,8 @@ DenseLossResult dense_softmax_cross_entropy(const Tensor& logits, const Tensor& 
     MIRROR_CHECK(c >= 0 && c <= p, InvalidArgument,
                  std::string(op) + ": sample " + std::to_string(i) + " counts " +
                      std::to_string(c) + " positions of " + std::to_string(p));
-    for (std::int64_t j = 0; j < c; ++j) rw[static_cast<std::size_t>(i * p + j)] = w[static_cast<std::size_t>(i)];
+    for (std::int64_t j = 0; j < c; ++j)
+      rw[static_cast<std::size_t>(i * p + j)] = w[static_cast<std::size_t>(i)];
     if (w[static_cast<std::size_t>(i)] > 0) r.counted += c;
   }
   Tensor row_weights = Tensor::from_vector<double>(rw, {n * p});
@@ -80,8 +81,7 @@ DenseLossResult dense_softmax_cross_entropy(const Tensor& logits, const Tensor& 
   LossResult loss = softmax_cross_entropy(rows, checked, row_weights, global_count);
   r.loss = loss.loss;
   r.correct = correct_count(rows, checked, row_weights);
-  r.dlogits = pixels ? swap_last_two(loss.dlogits.reshape({n, p, k}), p, k)
-                           .reshape(logits.shape())
+  r.dlogits = pixels ? swap_last_two(loss.dlogits.reshape({n, p, k}), p, k).reshape(logits.shape())
                      : loss.dlogits.reshape(logits.shape());
   return r;
 }

@@ -51,7 +51,7 @@ StepMemory estimate_step_memory(nn::Sequential& model, const data::Dataset& trai
   const std::uint64_t input = numel(train.sample_shape()) * dtype_size(train.input_dtype());
   const std::uint64_t target =
       (train.target_kind() == data::TargetKind::kClass ? numel(train.label_shape())  // [] -> 1
-                                                        : numel(train.target_shape())) *
+                                                       : numel(train.target_shape())) *
       4;
   // weight (float) and sample id (int64) per sample; one batch in use, one prefetched.
   m.batch_bytes = 2 * b * (input + target + 4 + 8);
