@@ -93,7 +93,10 @@ TEST(DenseLabels, PerPixelLossTakesTheClassesFromTheChannelAxis) {
   for (int p = 0; p < 4; ++p) want += nll({x[p], x[4 + p], x[8 + p]}, label[p]);
   EXPECT_NEAR(r.loss, want / 4, 1e-12);
   EXPECT_EQ(r.counted, 4);
-  EXPECT_EQ(r.correct, 3);  // argmax per pixel: 0, 1, 2 right; (-1, 0, 2) -> 2, not 0
+  EXPECT_EQ(r.correct, 3);
+  EXPECT_THROW(ops::dense_softmax_cross_entropy(logits, i32({0, 1, 2, 3}, {1, 2, 2}), f64({1}, {1}),
+                                                {4}, 4),
+               InvalidArgument);  // class 3 of 3  // argmax per pixel: 0, 1, 2 right; (-1, 0, 2) -> 2, not 0
   // dlogits back in NCHW: pixel 0, class 0 is the softmax minus one, over 4.
   const double s0 = std::exp(1) + std::exp(0) + std::exp(-1);
   EXPECT_NEAR(ops_test::values(r.dlogits)[0], (std::exp(1) / s0 - 1) / 4, 1e-12);
@@ -147,7 +150,7 @@ TEST(DenseLabels, ErrorsNameTheShapesAndTheLabel) {
     ops::dense_softmax_cross_entropy(logits, i32({0, 1, 9, 0, 0, 0}, {2, 3}), w, {3, 3}, 6);
     FAIL() << "a label out of range";
   } catch (const InvalidArgument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("label 9"));
+    EXPECT_THAT(e.what(), HasSubstr("label 9 of sample 0 at step 2 is outside [0, 4)"));
   }
   // The same label past a sequence's length is padding and does not count.
   EXPECT_NO_THROW(

@@ -76,6 +76,15 @@ DenseLossResult dense_softmax_cross_entropy(const Tensor& logits, const Tensor& 
   std::vector<std::int32_t> l = flat.to(Device::cpu()).to_vector<std::int32_t>();
   for (std::size_t j = 0; j < l.size(); ++j) {
     if (rw[j] == 0.0) l[j] = 0;
+    if (l[j] >= 0 && l[j] < k) continue;
+    const auto i = static_cast<std::int64_t>(j) / p, at = static_cast<std::int64_t>(j) % p;
+    throw InvalidArgument(std::string(op) + ": label " + std::to_string(l[j]) + " of sample " +
+                          std::to_string(i) + " at " +
+                          (steps ? "step " + std::to_string(at)
+                                 : "pixel (" + std::to_string(at / labels.dim(2)) + ", " +
+                                       std::to_string(at % labels.dim(2)) + ")") +
+                          " is outside [0, " + std::to_string(k) + "); the model has " +
+                          std::to_string(k) + " classes, check the data's labels");
   }
   const Tensor checked = Tensor::from_vector<std::int32_t>(l, {n * p}).to(logits.device());
   LossResult loss = softmax_cross_entropy(rows, checked, row_weights, global_count);
