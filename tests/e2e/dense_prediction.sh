@@ -4,7 +4,8 @@
 #  - a tagger (Embedding(mask_zero) -> Bidirectional(LSTM) -> TimeDistributed(Dense(4, softmax)))
 #    on per-step labels [N, T] with padding: the same per-step losses and weights at 1 and 2 ranks
 #    (within 1e-5), labels on padding steps change nothing (masked), mirror-predict writes
-#    [N, T, K] probabilities; labels of more classes than the head has are refused naming shapes;
+#    [N, T, K] probabilities; labels of more classes than the head has are refused naming shapes,
+#    of fewer train with a warning;
 #  - an autoencoder on float image targets [N, 8, 8, 2] (Keras's NHWC, read as NCHW like the
 #    inputs): NHWC and NCHW arrays train to the same weights; a target of another shape is refused
 #    naming both shapes;
@@ -80,6 +81,10 @@ sys.exit(0 if p.shape == (24, 6, 4) and np.allclose(p.sum(-1), 1, atol=1e-5) els
   fail "mirror-predict did not write [24, 6, 4] probabilities per step"
 "$train" "${common[@]}" "${tag[@]}" --train-y tag_y5.npy >tag5.out 2>&1 && fail "5 classes trained a 4-wide head"
 grep -q '\[6,4\].*\[6,5\]' tag5.out || fail "the refusal does not name both shapes: $(tail -1 tag5.out)"
+# Labels of 3 of the head's 4 classes train, as in Keras, with a warning naming the unused one.
+python3 -c "import numpy as np; np.save('tag_y3.npy', np.minimum(np.load('tag_y.npy'), 2))"
+run tag3 "$train" "${common[@]}" "${tag[@]}" --train-y tag_y3.npy
+grep -q 'class 3 is never a label' tag3.out || fail "no warning for the unused class: $(grep -i warn tag3.out)"
 
 # ---- the autoencoder: float image targets in Keras's layout
 ae=(--model-spec "$keras/dense_autoencoder.keras.json" --batch-size 8 --epochs 2 --loss mse)

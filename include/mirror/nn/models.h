@@ -83,7 +83,8 @@ class ModelSpec {
   /// tutorial's Rescaling(1/255)): such a model reads uint8 data as stored (0..255), as Keras
   /// gives them to it, where Mirror otherwise scales uint8 to [0, 1].
   bool reads_raw_values() const;
-  /// The units the last Dense states; 0 when it leaves them to the data or the spec has none.
+  /// The units the last Dense states (a TimeDistributed one too), or the filters of a last
+  /// Conv2D (a segmentation); 0 when it leaves them to the data or the spec has none.
   std::int64_t output_units() const;
 
   /// A copy whose every batch_normalization is synchronized across replicas (mirror-train's
