@@ -10,7 +10,7 @@
 #    inputs): NHWC and NCHW arrays train to the same weights; a target of another shape is refused
 #    naming both shapes;
 #  - a segmentation (last Conv2D with softmax) on per-pixel labels [N, 8, 8]: 1 and 2 ranks agree,
-#    mirror-predict writes [N, 8, 8, 3];
+#    mirror-predict writes [N, 8, 8, 3] ([N, 3, 8, 8] for the same model as a Mirror spec);
 #  - with Keras (and h5py): from Keras's initial weights, the first step's loss and accuracy at 2
 #    ranks equal Keras's own evaluate within 1e-5 (the tagger with its mask and without one, the
 #    segmentation, the autoencoder).
@@ -110,6 +110,17 @@ same_losses seg1.jsonl seg2.jsonl || fail "the segmentation's losses differ betw
 python3 -c "import numpy as np, sys; p = np.load('seg_p.npy')
 sys.exit(0 if p.shape == (16, 8, 8, 3) and np.allclose(p.sum(-1), 1, atol=1e-5) else 1)" ||
   fail "mirror-predict did not write [16, 8, 8, 3] probabilities per pixel"
+# A Mirror spec keeps NCHW: its per-pixel probabilities are written [N, K, H, W].
+python3 -c "import numpy as np; np.save('seg_nchw.npy', np.ascontiguousarray(np.load('seg_x.npy').transpose(0, 3, 1, 2)))"
+echo '{"input_shape": [2, 8, 8], "layers": [{"type": "conv2d", "filters": 4, "kernel": 3, "padding": "same",
+       "activation": "relu"}, {"type": "conv2d", "filters": 3, "kernel": 1, "activation": "softmax"}]}' >seg.json
+run segm "$train" "${common[@]}" --model-spec seg.json --train-x seg_nchw.npy --train-y seg_y.npy \
+  --batch-size 8 --epochs 1 --checkpoint-dir ck-segm
+"$predict" --checkpoint ck-segm --input seg_nchw.npy --output segm_p.npy --output-kind probabilities \
+  2>segm_p.err || { cat segm_p.err; fail "predict (Mirror segmentation)"; }
+python3 -c "import numpy as np, sys; p = np.load('segm_p.npy')
+sys.exit(0 if p.shape == (16, 3, 8, 8) and np.allclose(p.sum(1), 1, atol=1e-5) else 1)" ||
+  fail "mirror-predict did not write [16, 3, 8, 8] probabilities per pixel for a Mirror spec"
 
 # ---- against Keras's own evaluate on the same (Keras-initialised) weights, at 2 ranks: the
 # first step's loss and accuracy are those of the initial weights on the whole batch.
