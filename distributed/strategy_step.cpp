@@ -37,7 +37,11 @@ data::Batch slice_batch(const data::Batch& batch, std::int64_t begin, std::int64
   if (!batch.lengths.empty()) {
     out.lengths.assign(batch.lengths.begin() + begin, batch.lengths.begin() + end);
   }
+  if (!batch.label_counts.empty()) {
+    out.label_counts.assign(batch.label_counts.begin() + begin, batch.label_counts.begin() + end);
+  }
   out.global_count = batch.global_count;
+  out.global_label_count = batch.global_label_count;
   out.step = batch.step;
   out.epoch = batch.epoch;
   return out;
@@ -110,8 +114,17 @@ void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, c
     const Tensor& y = b.labels;
     const bool classes = y.dtype() == DType::kInt32;
     if (loss == LossKind::kSoftmaxCrossEntropy) {
+      // Note [Dense labels]: per-step labels [n, T] for an output [T, K], per-pixel [n, H, W]
+      // for [K, H, W], with the labelled positions of each sample.
+      const bool steps = y.rank() == 2 && output.size() == 2;
+      const bool pixels =
+          y.rank() == 3 && output.size() == 3 && y.dim(1) == output[1] && y.dim(2) == output[2];
       MIRROR_CHECK(
-          classes && y.rank() == 1 && output.size() == 1, InvalidArgument,
+          !(steps || pixels) || static_cast<std::int64_t>(b.label_counts.size()) == y.dim(0),
+          InvalidArgument,
+          std::string(what) + ": per-step or per-pixel labels need the batch's label counts");
+      MIRROR_CHECK(
+          classes && ((y.rank() == 1 && output.size() == 1) || steps || pixels), InvalidArgument,
           loss_mismatch(loss, what, output, y,
                         "needs int32 class labels [n] and an output [classes]") +
               (classes ? std::string() : "; for float targets choose binary-cross-entropy or mse"));
@@ -124,13 +137,13 @@ void check_loss_inputs(const std::vector<data::Batch>& batches, LossKind loss, c
                  InvalidArgument,
                  loss_mismatch(loss, what, output, y, "needs float targets") +
                      "; for class labels choose softmax-cross-entropy");
-    MIRROR_CHECK(output.size() == 1 && y.rank() >= 1 &&
-                     (y.dim(0) == 0 ? shape_numel(sample) == width : per_sample == width),
-                 InvalidArgument,
-                 loss_mismatch(loss, what, output, y,
-                               "needs one output per target element (" +
-                                   std::to_string(shape_numel(sample)) + " per sample here)") +
-                     "; make the model's last layer that wide");
+    MIRROR_CHECK(
+        y.rank() >= 1 && (y.dim(0) == 0 ? shape_numel(sample) == width : per_sample == width),
+        InvalidArgument,
+        loss_mismatch(loss, what, output, y,
+                      "needs one output per target element (" +
+                          std::to_string(shape_numel(sample)) + " per sample here)") +
+            "; make the model's last layer that wide");
   }
 }
 
@@ -241,27 +254,54 @@ ReplicaStep::ReplicaStep(std::int64_t step_, Clock::time_point start_, std::int6
   }
 }
 
-Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::Batch& micro) {
+Tensor MirroredStrategy::add_loss(Replica& r, const Tensor& logits, const data::Batch& micro,
+                                  const std::vector<std::int32_t>& output_lengths) {
   const auto count = static_cast<double>(micro.global_count);
+  if (options_.loss == LossKind::kSoftmaxCrossEntropy && micro.labels.rank() > 1) {
+    // Note [Dense labels]: the model's output mask (its lengths) must be the one the loader
+    // counted for the global divisor; a difference would bias the mean silently.
+    const std::int64_t steps = micro.labels.rank() == 2 ? micro.labels.dim(1) : 0;
+    for (std::size_t i = 0; steps > 0 && i < micro.label_counts.size(); ++i) {
+      const std::int32_t c = micro.label_counts[i];
+      const std::int64_t valid = output_lengths.size() == micro.label_counts.size()
+                                     ? std::min<std::int64_t>(output_lengths[i], steps)
+                                     : steps;
+      MIRROR_CHECK(c == 0 || c == valid, Error,
+                   "sample " + std::to_string(i) + " of the batch has " + std::to_string(c) +
+                       " labelled steps but the model's output has " + std::to_string(valid) +
+                       " valid steps (its mask); the labels' padding must be the input's "
+                       "(trailing zeros) and masked in the model (mask_zero / Masking)");
+    }
+    ops::DenseLossResult loss =
+        ops::dense_softmax_cross_entropy(logits, micro.labels, micro.weights, micro.label_counts,
+                                         static_cast<double>(micro.global_label_count));
+    r.now->loss += loss.loss;
+    r.now->correct += loss.correct;
+    r.now->target_values += loss.counted;
+    return loss.dlogits;
+  }
   if (options_.loss == LossKind::kSoftmaxCrossEntropy) {
     ops::LossResult loss = ops::softmax_cross_entropy(logits, micro.labels, micro.weights, count);
     r.now->loss += loss.loss;
     r.now->correct += ops::correct_count(logits, micro.labels, micro.weights);
     return loss.dlogits;
   }
-  // check_loss_inputs made the targets' elements per sample equal the output width.
-  Tensor targets = micro.labels.reshape(logits.shape());
+  // check_loss_inputs made the targets' elements per sample equal the output's; an output of
+  // several axes (an autoencoder's image) is one row of elements per sample.
+  const Tensor rows =
+      logits.reshape({logits.dim(0), logits.numel() / std::max<std::int64_t>(logits.dim(0), 1)});
+  Tensor targets = micro.labels.reshape(rows.shape());
   if (targets.dtype() != logits.dtype()) targets = ops::cast(targets, logits.dtype());
   const auto kind = options_.loss == LossKind::kBinaryCrossEntropy
                         ? ops::TargetLoss::kBinaryCrossEntropy
                         : ops::TargetLoss::kMeanSquaredError;
-  ops::TargetLossResult loss = ops::target_loss(kind, logits, targets, micro.weights, count);
+  ops::TargetLossResult loss = ops::target_loss(kind, rows, targets, micro.weights, count);
   r.now->loss += loss.loss;
   r.now->correct += loss.correct;
   r.now->target_values += loss.target_values;
   r.now->squared_error += loss.squared_error_sum;
   r.now->abs_error += loss.abs_error_sum;
-  return loss.dlogits;
+  return loss.dlogits.reshape(logits.shape());
 }
 
 // ================================================================ micro-batches
@@ -291,7 +331,7 @@ void MirroredStrategy::run_micro_batches(Replica& r, const data::Batch& batch, b
     ctx.sample_weights = micro.weights;
     ctx.replica_sum = r.replica_sum.get();  // synchronized BatchNorm (strategy_sync_bn.cpp)
     const Tensor logits = r.model.forward(micro.inputs, ctx);
-    Tensor dlogits = add_loss(r, logits, micro);
+    Tensor dlogits = add_loss(r, logits, micro, ctx.lengths);  // the output's lengths
     r.now->timing.forward_ms += detail::ms_since(t0);
     if (!training) continue;
     scale_loss_gradient(r, dlogits);

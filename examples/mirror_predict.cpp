@@ -158,12 +158,12 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
       const std::vector<float> part = pr::run_model(model, inputs, begin, end, f.batch_size);
       mine.insert(mine.end(), part.begin(), part.end());
     }
-    pr::apply_output_kind(mine, ck.spec, classes, f.output_kind);
+    pr::apply_output_kind(mine, ck.spec, pr::class_axis(model), f.output_kind);
   });
   if (code) return code;
   const auto shares = rt.all_gather_string(
       std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)));
-  mirror::Shape shape = model.output_shape();
+  mirror::Shape shape = pr::written_output_shape(model);  // Note [Dense labels]
   shape.insert(shape.begin(), n);
   return agreed(rt, [&] {
     if (r != 0) return;

@@ -452,7 +452,7 @@ TEST(ModelSpecRejects, DataThatDoesNotFitTheLayers) {
   EXPECT_THAT(error_of([&] {
                 seq.bind({{5, 2}, DType::kFloat32, 2, 0});
               }),
-              AllOf(HasSubstr("outputs [5,2] per sample"), HasSubstr("not one per step")));
+              AllOf(HasSubstr("outputs [5,2] per sample"), HasSubstr("per-step labels [N, T]")));
   const ModelSpec no_head = parse(json::parse(R"([{"type": "gru", "units": 3}])"));
   EXPECT_THAT(error_of([&] {
                 no_head.bind({{5, 2}, DType::kFloat32, 2, 0});

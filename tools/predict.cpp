@@ -507,7 +507,19 @@ std::vector<float> run_model(nn::Sequential& model, const Inputs& inputs, std::i
     }
     const Tensor y = model.forward(x.to(model.device()), ctx).to(Device::cpu());
     const auto values = y.to_vector<float>();
-    out.insert(out.end(), values.begin(), values.end());
+    const Shape& o = model.output_shape();
+    if (written_output_shape(model) == o) {
+      out.insert(out.end(), values.begin(), values.end());
+      continue;
+    }
+    // A Keras model's image output [K, H, W] is written as [H, W, K].
+    const std::int64_t k = o[0], hw = o[1] * o[2];
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* src = values.data() + i * k * hw;
+      for (std::int64_t p = 0; p < hw; ++p) {
+        for (std::int64_t c = 0; c < k; ++c) out.push_back(src[c * hw + p]);
+      }
+    }
   }
   return out;
 }
@@ -520,6 +532,44 @@ void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec,
                        std::int64_t outputs, const std::string& output_kind) {
   if (output_kind == "probabilities")
     to_probabilities(values, outputs, sigmoid_outputs(spec, outputs));
+}
+
+Shape written_output_shape(const nn::Sequential& model) {
+  const Shape& s = model.output_shape();
+  if (model.channels_last_input() && s.size() == 3) return {s[1], s[2], s[0]};
+  return s;
+}
+
+ClassAxis class_axis(const nn::Sequential& model) {
+  const Shape& s = model.output_shape();
+  ClassAxis a;
+  if (s.size() == 3) {  // [K, H, W], written as [H, W, K] for a Keras model
+    a.classes = s[0];
+    a.stride = model.channels_last_input() ? 1 : s[1] * s[2];
+  } else {
+    a.classes = s.size() >= 2 ? s.back() : shape_numel(s);
+  }
+  return a;
+}
+
+void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec, ClassAxis axis,
+                       const std::string& output_kind) {
+  if (axis.stride == 1) return apply_output_kind(values, spec, axis.classes, output_kind);
+  if (output_kind != "probabilities") return;
+  // Classes on the channel axis of [K, H, W]: gathered per pixel, turned, put back.
+  const auto block = static_cast<std::size_t>(axis.classes * axis.stride);
+  std::vector<float> pixel(static_cast<std::size_t>(axis.classes));
+  for (std::size_t b = 0; b + block <= values.size(); b += block) {
+    for (std::int64_t p = 0; p < axis.stride; ++p) {
+      for (std::int64_t c = 0; c < axis.classes; ++c)
+        pixel[static_cast<std::size_t>(c)] =
+            values[b + static_cast<std::size_t>(c * axis.stride + p)];
+      apply_output_kind(pixel, spec, axis.classes, output_kind);
+      for (std::int64_t c = 0; c < axis.classes; ++c)
+        values[b + static_cast<std::size_t>(c * axis.stride + p)] =
+            pixel[static_cast<std::size_t>(c)];
+    }
+  }
 }
 
 namespace {

@@ -121,6 +121,20 @@ bool sigmoid_outputs(const nn::ModelSpec& spec, std::int64_t outputs);
 void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec,
                        std::int64_t outputs, const std::string& output_kind);
 
+/// Note [Dense labels] (mirror/data/dataset.h): the shape mirror-predict writes per sample: the
+/// model's output ([K], [T, K] per step), with an image output [K, H, W] as Keras's [H, W, K] for
+/// a channels_last (Keras) model; run_model returns its values in this layout.
+Shape written_output_shape(const nn::Sequential& model);
+/// The softmax axis of that shape: rows of `classes` values `stride` apart (stride 1 but for a
+/// Mirror image output [K, H, W], whose classes are H * W apart).
+struct ClassAxis {
+  std::int64_t classes = 1, stride = 1;
+};
+ClassAxis class_axis(const nn::Sequential& model);
+/// apply_output_kind over `axis`: the softmax of each step's or pixel's classes.
+void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec, ClassAxis axis,
+                       const std::string& output_kind);
+
 /// Writes a float32 .npy; Error naming the file and the system's reason when it cannot.
 void write_npy(const std::string& path, const Shape& shape, const std::vector<float>& values);
 

@@ -321,6 +321,24 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, con
 /// Number of samples (weight > 0) whose argmax equals the label.
 std::int64_t correct_count(const Tensor& logits, const Tensor& labels, const Tensor& weights);
 
+/// Note [Dense labels] (mirror/data/dataset.h): softmax cross-entropy per step or per pixel.
+/// logits [N, T, K] with int32 labels [N, T] (a tagger), or [N, K, H, W] (classes on the channel
+/// axis, NCHW) with labels [N, H, W] (a segmentation); weights [N] per sample (0 for padding);
+/// counted[n] the positions of sample n that count in the loss: its first counted[n] steps (the
+/// rest are masked padding) or all H*W pixels; global_count the counted positions of the GLOBAL
+/// batch. Every counted position is one row of softmax_cross_entropy, the same arithmetic
+/// (math/loss.h) on both backends, so loss = sum_positions w * nll / global_count: summing the
+/// replicas' results gives the exact global mean. dlogits has the logits' shape (zero where a
+/// position does not count). Labels out of [0, K) at a counted position throw InvalidArgument.
+struct DenseLossResult : LossResult {
+  std::int64_t correct = 0;  // counted positions (of samples with w > 0) whose argmax is the label
+  std::int64_t counted = 0;  // counted positions of the samples with w > 0
+};
+DenseLossResult dense_softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                            const Tensor& weights,
+                                            const std::vector<std::int32_t>& counted,
+                                            double global_count);
+
 /// The float-target losses, with the metric sums a step reports (Note [Float-target losses]).
 enum class TargetLoss { kBinaryCrossEntropy, kMeanSquaredError };
 struct TargetLossResult : LossResult {

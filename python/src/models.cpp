@@ -74,8 +74,8 @@ nb::object predict(const std::optional<std::string>& path, const std::optional<s
     pr::prepare_inputs(inputs, model, "x", Shape(input_shape.begin(), input_shape.end()),
                        reshaped_by);
     out = pr::run_model(model, inputs, 0, inputs.count(), batch_size);
-    shape = model.output_shape();
-    pr::apply_output_kind(out, ck.spec, shape_numel(shape), output_kind);
+    shape = pr::written_output_shape(model);  // Note [Dense labels]
+    pr::apply_output_kind(out, ck.spec, pr::class_axis(model), output_kind);
     shape.insert(shape.begin(), inputs.count());
   }
   return to_numpy(Tensor::from_vector<float>(out, shape));

@@ -80,6 +80,7 @@ class ArrayDataset : public Dataset {
     return float_targets_ ? TargetKind::kFloat : TargetKind::kClass;
   }
   Shape target_shape() const override { return target_shape_; }
+  Shape label_shape() const override { return label_shape_; }
   std::int64_t vocab_size() const override { return vocab_; }
   DType input_dtype() const override { return tokens() ? DType::kInt32 : DType::kFloat32; }
   Shape sample_shape() const override { return sample_shape_; }
@@ -87,6 +88,7 @@ class ArrayDataset : public Dataset {
   bool variable_length() const override { return tokens(); }
   std::int32_t length(std::int64_t index) const override;
   std::int32_t label(std::int64_t index) const override;
+  void decode_labels(std::int64_t index, std::int32_t* dst) const override;
   void decode_target(std::int64_t index, float* dst) const override;
   void decode_float(std::int64_t index, float* dst) const override;
   void decode_tokens(std::int64_t index, std::int32_t* dst, std::int32_t steps) const override;
@@ -120,7 +122,7 @@ class ArrayDataset : public Dataset {
   bool check_at_batch_ = false;
   std::vector<std::int32_t> lengths_;  // token data: valid steps per sample
   bool float_targets_ = false;
-  Shape sample_shape_, target_shape_;
+  Shape sample_shape_, target_shape_, label_shape_;
   int classes_ = 0;
   std::int64_t vocab_ = 0;
   std::string x_name_, y_name_, description_;
@@ -171,8 +173,11 @@ ArrayDataset::ArrayDataset(std::vector<std::pair<ArrayFile, ArrayFile>> pairs,
   }
   description_ =
       "arrays " + x_name + " / " + y_name + ": " + std::to_string(count_) + " samples, " +
-      (float_targets_ ? "float targets " + shape_str(target_shape_)
-                      : std::to_string(classes_) + " classes") +
+      (float_targets_
+           ? "float targets " + shape_str(target_shape_)
+           : std::to_string(classes_) + " classes" +
+                 (label_shape_.empty() ? ""
+                                       : " (labels " + shape_str(label_shape_) + " per sample)")) +
       ", " +
       (tokens() ? "token ids " + shape_str(sample_shape_) + " vocab " + std::to_string(vocab_)
                 : std::string(element_type_name(x_type_)) + " " + shape_str(sample_shape_)) +
@@ -327,24 +332,29 @@ void ArrayDataset::init_tokens(const ArrayOptions& options) {
 
 void ArrayDataset::init_labels(int num_classes) {
   const ArrayFile& y0 = shards_.front().y;
-  MIRROR_CHECK(y0.shape().size() == 1 || (y0.shape().size() == 2 && y0.shape()[1] == 1),
-               DataError,
+  // Note [Dense labels]: [N] or [N, 1] is one label per sample; [N, T] one per step, [N, H, W]
+  // one per pixel.
+  const Shape rest = row_shape(y0);
+  if (!rest.empty() && rest != Shape{1}) label_shape_ = rest;
+  MIRROR_CHECK(label_shape_.size() <= 2, DataError,
                y0.name() +
-                   ": integer y is read as class labels and must be [N] (or [N, 1]), found "
-                   "shape " +
-                   dims_str(y0.shape()) + "; save several targets per sample as float32 [N, K]");
+                   ": integer y is read as class labels: [N] (one per sample), [N, T] (one per "
+                   "step) or [N, H, W] (one per pixel), found shape " +
+                   dims_str(y0.shape()) + "; save several targets per sample as float32");
   std::int64_t max_label = 0;
   for (const Shard& s : shards_) {
-    touched(s.y, 0, s.y.rows());
-    for (std::int64_t r = 0; r < s.y.rows(); ++r) {
-      const std::int64_t label = s.y.integer(r), i = s.first + r;
+    const std::int64_t per = s.y.row_numel(), n = s.y.rows() * per;
+    touched(s.y, 0, n);
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t label = s.y.integer(k), i = s.first + k / per;
+      const std::string at = per == 1 ? "" : " (element " + std::to_string(k % per) + ")";
       MIRROR_CHECK(label >= 0 && label < INT32_MAX, DataError,
                    s.y.name() + ": label " + std::to_string(label) + " of sample " +
-                       std::to_string(i) +
+                       std::to_string(i) + at +
                        " is outside [0, 2^31 - 1); class labels are 0, 1, 2, ...");
       MIRROR_CHECK(num_classes == 0 || label < num_classes, DataError,
                    s.y.name() + ": label " + std::to_string(label) + " of sample " +
-                       std::to_string(i) + " is >= the " + std::to_string(num_classes) +
+                       std::to_string(i) + at + " is >= the " + std::to_string(num_classes) +
                        " classes stated; labels must be in [0, " + std::to_string(num_classes) +
                        "): raise num_classes or fix the labels");
       max_label = std::max(max_label, label);
@@ -384,8 +394,22 @@ std::int32_t ArrayDataset::label(std::int64_t index) const {
   const auto [s, r] = locate(index);
   MIRROR_CHECK(!float_targets_, InvalidArgument,
                description_ + " holds float targets, not class labels: use decode_target");
+  MIRROR_CHECK(label_shape_.empty(), InvalidArgument,
+               description_ + " holds labels " + shape_str(label_shape_) +
+                   " per sample (Note [Dense labels]): use decode_labels");
   touched(s->y, r, 1);
   return static_cast<std::int32_t>(s->y.integer(r));
+}
+
+void ArrayDataset::decode_labels(std::int64_t index, std::int32_t* dst) const {
+  if (label_shape_.empty()) return Dataset::decode_labels(index, dst);
+  const auto [s, r] = locate(index);
+  MIRROR_CHECK(!float_targets_, InvalidArgument,
+               description_ + " holds float targets, not class labels: use decode_target");
+  const std::int64_t per = shape_numel(label_shape_);
+  touched(s->y, r * per, per);
+  for (std::int64_t k = 0; k < per; ++k)
+    dst[k] = static_cast<std::int32_t>(s->y.integer(r * per + k));
 }
 
 void ArrayDataset::decode_target(std::int64_t index, float* dst) const {

@@ -1,5 +1,7 @@
 #include "mirror/data/dataset.h"
 
+#include <algorithm>
+
 #include "mirror/error.h"
 
 namespace mirror::data {
@@ -9,6 +11,15 @@ const char* split_name(Split split) { return split == Split::kTrain ? "train" : 
 std::int32_t Dataset::length(std::int64_t) const {
   const Shape s = sample_shape();
   return s.empty() ? 1 : static_cast<std::int32_t>(s[0]);
+}
+
+std::int64_t Dataset::label_count(std::int64_t index) const {
+  const Shape s = label_shape();
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  // Note [Dense labels]: per-step labels of a sequence count up to its length.
+  if (s.size() == 1 && is_sequence()) return std::min<std::int64_t>(n, length(index));
+  return n;
 }
 
 void Dataset::decode_float(std::int64_t, float*) const {

@@ -185,6 +185,24 @@ std::shared_ptr<const EpochOrder> Loader::order_for(int epoch) const {
   return order.get();
 }
 
+namespace {
+
+/// Per-step labels [b, T] cut or zero-padded to the batch's `steps` (token batches are as long as
+/// their longest sequence): steps past a sequence's length carry no label that counts.
+Tensor steps_wide(const Tensor& labels, std::int32_t steps) {
+  const std::int64_t b = labels.dim(0), t = labels.dim(1);
+  if (t == steps) return labels;
+  Tensor out = Tensor::zeros({b, steps}, DType::kInt32);
+  const std::int64_t keep = std::min<std::int64_t>(t, steps);
+  for (std::int64_t j = 0; j < b; ++j) {
+    std::memcpy(out.data<std::int32_t>() + j * steps, labels.data<std::int32_t>() + j * t,
+                sizeof(std::int32_t) * static_cast<std::size_t>(keep));
+  }
+  return out;
+}
+
+}  // namespace
+
 Batch Loader::make_batch(int epoch, std::int64_t step) const {
   MIRROR_CHECK(step >= 0 && step < steps_per_epoch_, InvalidArgument,
                "step " + std::to_string(step) + " outside the epoch's [0, " +
@@ -210,8 +228,16 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
   Shape target_shape{b};
   for (auto d : ds.target_shape()) target_shape.push_back(d);
   const std::int64_t target_numel = shape_numel(ds.target_shape());
+  // Note [Dense labels]: class labels [b, T] or [b, H, W] when a sample has several.
+  Shape label_shape{b};
+  for (auto d : ds.label_shape()) label_shape.push_back(d);
+  const std::int64_t label_numel = float_targets ? 1 : shape_numel(ds.label_shape());
   batch.labels = float_targets ? Tensor::zeros(target_shape, DType::kFloat32)
-                               : Tensor::empty({b}, DType::kInt32);
+                               : Tensor::zeros(label_shape, DType::kInt32);
+  if (!float_targets && label_numel != 1) {
+    for (std::int64_t k = 0; k < real; ++k)
+      batch.global_label_count += ds.label_count(order[first + k]);
+  }
   batch.weights = Tensor::empty({b}, DType::kFloat32);
   batch.sample_ids = Tensor::empty({b}, DType::kInt64);
   auto* labels = float_targets ? nullptr : batch.labels.data<std::int32_t>();
@@ -256,10 +282,14 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
   std::int32_t steps = 1;
   for (std::int64_t j = 0; j < b; ++j) {
     const bool is_real = ids[j] >= 0;
-    if (!float_targets)
+    if (float_targets) {
+      if (is_real) ds.decode_target(ids[j], targets + j * target_numel);
+    } else if (label_numel == 1) {
       labels[j] = is_real ? ds.label(ids[j]) : 0;
-    else if (is_real)
-      ds.decode_target(ids[j], targets + j * target_numel);
+    } else {  // Note [Dense labels]: zeros (counted nowhere) for a padding sample
+      if (is_real) ds.decode_labels(ids[j], labels + j * label_numel);
+      batch.label_counts.push_back(is_real ? static_cast<std::int32_t>(ds.label_count(ids[j])) : 0);
+    }
     weights[j] = is_real ? 1.0f : 0.0f;
     if (sequence) {
       // Padding samples get one step (variable) or the full length: a valid, all-zero input.
@@ -268,6 +298,7 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
     }
   }
   if (!tokens) return;
+  if (!float_targets && label_shape.size() == 2) batch.labels = steps_wide(batch.labels, steps);
   batch.inputs = Tensor::empty({b, steps}, DType::kInt32);
   auto* dst = batch.inputs.data<std::int32_t>();
   for (std::int64_t j = 0; j < b; ++j) {

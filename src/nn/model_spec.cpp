@@ -273,23 +273,29 @@ void ModelSpecParser::layer(const json& entry, std::size_t index) {
 /// Note [Folded softmax]: Mirror's losses take logits, so a softmax is accepted only on the
 /// model's last layer (Keras classifiers end so), from a dense (whose activation becomes
 /// linear) or an activation layer (dropped), and the spec remembers it (softmax_folded): the
-/// trainer then requires the softmax-cross-entropy loss, which applies it.
+/// trainer then requires the softmax-cross-entropy loss, which applies it. Dense prediction
+/// (Note [Dense labels], mirror/data/dataset.h) ends so too: a TimeDistributed(Dense(k,
+/// softmax)) or a dense over each step of [T, F] (softmax per step), or a conv2d with a softmax
+/// (per pixel, over the channels): the loss applies it per step or pixel.
 void ModelSpecParser::fold_softmax() {
   const std::size_t n = spec.layers_.size();
   for (std::size_t i = 0; i < n; ++i) {
-    json& l = spec.layers_[i];
+    json& outer = spec.layers_[i];
+    const bool wrapped = outer["type"] == "time_distributed" && outer.contains("layer");
+    json& l = wrapped ? outer["layer"] : outer;
     if (!l.contains("activation") || l["activation"] != "softmax") continue;
     const std::string type = l["type"].get<std::string>();
     const std::string at = where(spec.origin_[i], type) + ", field 'activation': ";
-    if (i + 1 != n || (type != "dense" && type != "activation")) {
+    const bool foldable = type == "dense" || type == "conv2d" || (type == "activation" && !wrapped);
+    if (i + 1 != n || !foldable) {
       throw InvalidArgument(at +
-                            "softmax is accepted only on the model's last layer, a dense or an "
-                            "activation layer, where Mirror folds it into the "
-                            "softmax-cross-entropy loss (its losses take logits); use "
-                            "\"linear\" here");
+                            "softmax is accepted only on the model's last layer, a dense (or "
+                            "TimeDistributed dense), a conv2d or an activation layer, where "
+                            "Mirror folds it into the softmax-cross-entropy loss (its losses "
+                            "take logits); use \"linear\" here");
     }
     spec.softmax_folded_ = true;
-    if (type == "dense") {
+    if (type != "activation") {
       l["activation"] = "linear";
       continue;
     }

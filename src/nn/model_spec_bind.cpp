@@ -115,6 +115,54 @@ std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t stride, bool
 
 }  // namespace
 
+namespace {
+
+/// The model's output per sample `s` against what the data labels (Note [Dense labels]): one
+/// vector [outputs] per sample, [T, classes] for per-step labels [T] (token data may be padded
+/// past T), [classes, H, W] for per-pixel labels [H, W], or the float targets' own shape.
+void check_output_shape(const std::string& model, const Shape& s, const DataShape& data) {
+  const std::string needs = " per sample but the data needs ";
+  const Shape& l = data.label_shape;
+  if (l.size() == 1) {
+    const bool tokens = data.input_dtype == DType::kInt32;
+    MIRROR_CHECK(s.size() == 2 && s[1] == data.outputs && (s[0] == l[0] || (tokens && s[0] > l[0])),
+                 InvalidArgument,
+                 model + ": the model outputs " + shape_str(s) + needs +
+                     shape_str({l[0], data.outputs}) + " (per-step labels " + shape_str(l) +
+                     " of " + std::to_string(data.outputs) +
+                     " classes): end with a recurrent layer returning sequences and a dense of " +
+                     std::to_string(data.outputs) + " units (TimeDistributed or not)");
+    return;
+  }
+  if (l.size() == 2) {
+    const Shape want = {data.outputs, l[0], l[1]};
+    MIRROR_CHECK(s == want, InvalidArgument,
+                 model + ": the model outputs " + shape_str(s) + needs + shape_str(want) +
+                     " (per-pixel labels " + shape_str(l) + " of " + std::to_string(data.outputs) +
+                     " classes, classes on the channel axis): end with a conv2d of " +
+                     std::to_string(data.outputs) + " filters at the labels' resolution");
+    return;
+  }
+  if (!data.target_shape.empty()) {
+    MIRROR_CHECK(s == data.target_shape, InvalidArgument,
+                 model + ": the model outputs " + shape_str(s) + needs +
+                     shape_str(data.target_shape) +
+                     " (the float targets' shape, in Mirror's [C, H, W] layout for images): make "
+                     "the model's output the targets' shape");
+    return;
+  }
+  MIRROR_CHECK(data.outputs < 1 || s == Shape{data.outputs}, InvalidArgument,
+               model + ": the model outputs " + shape_str(s) + needs + "[" +
+                   std::to_string(data.outputs) + "] (classes or target elements)" +
+                   (s.size() == 2 ? "; a model that outputs one vector per step trains on "
+                                    "per-step labels [N, T] (Note [Dense labels]); for one label "
+                                    "per sample end with a global pooling or a recurrent layer "
+                                    "without return_sequences before the last dense"
+                                  : ""));
+}
+
+}  // namespace
+
 ModelSpec ModelSpec::bind(const DataShape& data) const {
   const std::string model = "model '" + name_ + "'";
   ModelSpec out = *this;
@@ -349,13 +397,7 @@ ModelSpec ModelSpec::bind(const DataShape& data) const {
                           ": the input is int32 token ids and no embedding turns them "
                           "into vectors");
   }
-  MIRROR_CHECK(data.outputs < 1 || s == Shape{data.outputs}, InvalidArgument,
-               model + ": the model outputs " + shape_str(s) + " per sample but the data needs [" +
-                   std::to_string(data.outputs) + "] (classes or target elements)" +
-                   (s.size() == 2 ? "; Mirror's losses take one output vector per sample, not one "
-                                    "per step: end with a global pooling or a recurrent layer "
-                                    "without return_sequences before the last dense"
-                                  : ""));
+  check_output_shape(model, s, data);
   out.bound_ = true;
   return out;
 }

@@ -57,8 +57,12 @@ ModelSpec ModelSpec::with_sigmoid_folded() const {
 }
 
 std::int64_t ModelSpec::output_units() const {
+  // Note [Dense labels]: a segmentation's classes are its last conv2d's filters.
+  if (!layers_.empty() && layers_.back()["type"] == "conv2d" && layers_.back().contains("filters"))
+    return layers_.back()["filters"].get<std::int64_t>();
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    const json& l = layers_[i];
+    const bool wrapped = layers_[i]["type"] == "time_distributed" && layers_[i].contains("layer");
+    const json& l = wrapped ? layers_[i]["layer"] : layers_[i];  // a tagger's TimeDistributed(Dense)
     if (l["type"] != "dense") continue;
     return l.contains("units") ? l["units"].get<std::int64_t>() : 0;
   }

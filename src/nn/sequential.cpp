@@ -214,6 +214,7 @@ Tensor Sequential::forward(const Tensor& x, ForwardContext& ctx) {
   }
   Tensor y = std::move(outputs_.back());
   outputs_.back() = Tensor{};
+  ctx.lengths = lengths_.back();  // the output's: a per-step loss masks with them
   if (times_) ++times_->forwards;
   return y;
 }

@@ -94,6 +94,39 @@ class ChannelsFirst final : public DatasetView {
   Shape hwc_;
 };
 
+/// Note [Keras's image layout] for float targets: an autoencoder's [H, W, C] targets as [C, H, W].
+class TargetsChannelsFirst final : public DatasetView {
+ public:
+  explicit TargetsChannelsFirst(std::shared_ptr<const data::Dataset> base)
+      : DatasetView(std::move(base)), hwc_(base_->target_shape()) {}
+  Shape target_shape() const override { return {hwc_[2], hwc_[0], hwc_[1]}; }
+  void decode_target(std::int64_t i, float* dst) const override {
+    const std::int64_t h = hwc_[0], w = hwc_[1], c = hwc_[2];
+    thread_local std::vector<float> hwc;  // loader workers decode concurrently
+    hwc.resize(static_cast<std::size_t>(h * w * c));
+    base_->decode_target(i, hwc.data());
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t p = 0; p < h * w; ++p)
+        dst[ch * h * w + p] = hwc[static_cast<std::size_t>(p * c + ch)];
+    }
+  }
+  std::string describe() const override {
+    return base_->describe() + ", [H, W, C] targets read as [C, H, W]";
+  }
+
+ private:
+  Shape hwc_;
+};
+
+/// Note [Dense labels]: every per-step label counts (a Keras model with no mask counts padding).
+class EveryStepLabelled final : public DatasetView {
+ public:
+  using DatasetView::DatasetView;
+  std::int64_t label_count(std::int64_t) const override {
+    return shape_numel(base_->label_shape());
+  }
+};
+
 class RawPixels final : public DatasetView {
  public:
   using DatasetView::DatasetView;
@@ -136,6 +169,19 @@ class FixedLength final : public DatasetView {
 };
 
 }  // namespace
+
+std::shared_ptr<const data::Dataset> targets_channels_first(
+    std::shared_ptr<const data::Dataset> base) {
+  MIRROR_CHECK(base->target_kind() == data::TargetKind::kFloat && base->target_shape().size() == 3,
+               InvalidArgument,
+               "targets_channels_first: [H, W, C] float targets only, got " + base->describe());
+  return std::make_shared<TargetsChannelsFirst>(std::move(base));
+}
+
+std::shared_ptr<const data::Dataset> every_step_labelled(
+    std::shared_ptr<const data::Dataset> base) {
+  return std::make_shared<EveryStepLabelled>(std::move(base));
+}
 
 std::shared_ptr<const data::Dataset> raw_pixels(std::shared_ptr<const data::Dataset> base) {
   return std::make_shared<RawPixels>(std::move(base));

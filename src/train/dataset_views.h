@@ -30,6 +30,11 @@ class DatasetView : public data::Dataset {
   bool variable_length() const override { return base_->variable_length(); }
   std::int32_t length(std::int64_t i) const override { return base_->length(i); }
   std::int32_t label(std::int64_t i) const override { return base_->label(i); }
+  Shape label_shape() const override { return base_->label_shape(); }
+  void decode_labels(std::int64_t i, std::int32_t* dst) const override {
+    base_->decode_labels(i, dst);
+  }
+  std::int64_t label_count(std::int64_t i) const override { return base_->label_count(i); }
   void decode_target(std::int64_t i, float* dst) const override { base_->decode_target(i, dst); }
   void decode_float(std::int64_t i, float* dst) const override { base_->decode_float(i, dst); }
   // A view that changes decode_float changes this alike: the loader reads training samples
@@ -72,6 +77,15 @@ std::shared_ptr<const data::Dataset> wider_classes(std::shared_ptr<const data::D
 /// Note [Keras's image layout] (mirror/nn/models.h): `base`'s [H, W, C] samples read as
 /// [C, H, W] (each sample transposed as it is decoded). InvalidArgument unless float [H, W, C].
 std::shared_ptr<const data::Dataset> channels_first(std::shared_ptr<const data::Dataset> base);
+
+/// Note [Keras's image layout] for an autoencoder's float targets: `base`'s [H, W, C] targets read
+/// as [C, H, W], the layout of the model's output. InvalidArgument unless float [H, W, C] targets.
+std::shared_ptr<const data::Dataset> targets_channels_first(
+    std::shared_ptr<const data::Dataset> base);
+
+/// Note [Dense labels]: per-step labels that all count in the loss, padding steps included: a
+/// Keras model without a mask (no mask_zero Embedding, no Masking) computes its loss so.
+std::shared_ptr<const data::Dataset> every_step_labelled(std::shared_ptr<const data::Dataset> base);
 
 /// Fashion-MNIST's pixels (stored as i / 255) read back as the bytes 0..255 they were (Note [Raw
 /// values] in mirror/nn/models.h): for a model that rescales its input itself.

@@ -50,7 +50,9 @@ StepMemory estimate_step_memory(nn::Sequential& model, const data::Dataset& trai
   const auto b = static_cast<std::uint64_t>(micro_batch);
   const std::uint64_t input = numel(train.sample_shape()) * dtype_size(train.input_dtype());
   const std::uint64_t target =
-      train.target_kind() == data::TargetKind::kClass ? 4 : numel(train.target_shape()) * 4;
+      (train.target_kind() == data::TargetKind::kClass ? numel(train.label_shape())  // [] -> 1
+                                                       : numel(train.target_shape())) *
+      4;
   // weight (float) and sample id (int64) per sample; one batch in use, one prefetched.
   m.batch_bytes = 2 * b * (input + target + 4 + 8);
   if (!cpu_replicas) return m;  // a GPU holds the rest; its allocator says no by itself

@@ -29,6 +29,10 @@ class Subset final : public DatasetView {
   std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
   std::int32_t length(std::int64_t i) const override { return base_->length(at(i)); }
   std::int32_t label(std::int64_t i) const override { return base_->label(at(i)); }
+  void decode_labels(std::int64_t i, std::int32_t* dst) const override {
+    base_->decode_labels(at(i), dst);
+  }
+  std::int64_t label_count(std::int64_t i) const override { return base_->label_count(at(i)); }
   void decode_target(std::int64_t i, float* dst) const override {
     base_->decode_target(at(i), dst);
   }
@@ -71,7 +75,13 @@ void mix_dataset(Fnv& f, const data::Dataset& ds) {
   f.mix(static_cast<std::uint64_t>(ds.num_classes()));
   for (auto d : ds.sample_shape()) f.mix(static_cast<std::uint64_t>(d));
   if (ds.target_kind() == data::TargetKind::kClass) {
-    for (std::int64_t i = 0; i < ds.size(); ++i) f.mix(static_cast<std::uint64_t>(ds.label(i)));
+    // Note [Dense labels]: every label of a sample, one per step or pixel.
+    for (auto d : ds.label_shape()) f.mix(static_cast<std::uint64_t>(d));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(shape_numel(ds.label_shape())));
+    for (std::int64_t i = 0; i < ds.size(); ++i) {
+      ds.decode_labels(i, labels.data());
+      for (std::int32_t l : labels) f.mix(static_cast<std::uint64_t>(l));
+    }
     return;
   }
   for (auto d : ds.target_shape()) f.mix(static_cast<std::uint64_t>(d));
@@ -220,9 +230,15 @@ nn::DataShape data_shape(const data::Dataset& d) {
   nn::DataShape s;
   s.sample_shape = d.sample_shape();
   s.input_dtype = d.input_dtype();
-  s.outputs =
-      d.target_kind() == data::TargetKind::kClass ? d.num_classes() : shape_numel(d.target_shape());
+  const bool classes = d.target_kind() == data::TargetKind::kClass;
+  s.outputs = classes ? d.num_classes() : shape_numel(d.target_shape());
   s.vocab = d.vocab_size();
+  if (classes) s.label_shape = d.label_shape();  // Note [Dense labels]
+  // Targets of several axes (an autoencoder's images) are matched by shape, not by a last dense.
+  if (!classes && d.target_shape().size() > 1) {
+    s.target_shape = d.target_shape();
+    s.outputs = 0;
+  }
   return s;
 }
 
@@ -339,10 +355,22 @@ bool keras_order(const Shape& stated, const Shape& s) {
 void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
   if (!spec.channels_last_input()) return;
   for (std::shared_ptr<const data::Dataset>* split : {&d.train, &d.test}) {
-    if (*split && (*split)->input_dtype() == DType::kFloat32 &&
-        keras_order(spec.input_shape(), (*split)->sample_shape()))
-      *split = channels_first(*split);
+    if (!*split || (*split)->input_dtype() != DType::kFloat32 ||
+        !keras_order(spec.input_shape(), (*split)->sample_shape()))
+      continue;
+    *split = channels_first(*split);
+    // Image targets (an autoencoder's) come in the inputs' layout: Keras's [H, W, C] too.
+    if ((*split)->target_kind() == data::TargetKind::kFloat && (*split)->target_shape().size() == 3)
+      *split = targets_channels_first(*split);
   }
+}
+
+/// Whether the spec has a Masking layer (an Embedding's mask_zero makes one).
+bool has_masking(const nn::ModelSpec& spec) {
+  for (const auto& l : spec.layers()) {
+    if (l["type"] == "masking") return true;
+  }
+  return false;
 }
 
 /// The spec bound to the training data (which it may view anew: binary labels, Keras's image
@@ -370,6 +398,12 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
     if (d.test) d.test = fixed_length(d.test, stated[0]);
   }
   keras_image_layout(spec, d);
+  // Note [Dense labels]: Keras masks the loss with the output's mask; without a Masking layer
+  // (mask_zero adds one) there is none, and every step's label counts, padding included.
+  if (spec.keras_masks() && d.train->label_shape().size() == 1 && !has_masking(spec)) {
+    d.train = every_step_labelled(d.train);
+    if (d.test && d.test->label_shape().size() == 1) d.test = every_step_labelled(d.test);
+  }
   widen_to_spec(spec, d, cross_entropy_loss(loss, *d.train), what);
   const data::Dataset& train = *d.train;
   const bool cross_entropy = cross_entropy_loss(loss, train);

@@ -129,6 +129,8 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
   std::vector<float> x(float_inputs ? static_cast<std::size_t>(shape_numel(d.sample_shape())) : 0);
   std::vector<float> y(float_targets ? static_cast<std::size_t>(shape_numel(d.target_shape())) : 0);
   std::set<std::int32_t> labels;
+  std::vector<std::int32_t> dense(
+      float_targets ? 0 : static_cast<std::size_t>(shape_numel(d.label_shape())));
   for (std::int64_t i = 0; i < d.size(); ++i) {
     if (float_inputs) {
       d.decode_float(i, x.data());
@@ -138,7 +140,8 @@ void check_magnitude(const data::Dataset& d, const std::string& split, DataSplit
       d.decode_target(i, y.data());
       targets.see(y, i);
     } else if (labels.size() <= 1024) {
-      labels.insert(d.label(i));
+      d.decode_labels(i, dense.data());  // Note [Dense labels]: one per sample, step or pixel
+      labels.insert(dense.begin(), dense.end());
     }
   }
   for (const auto& [what, peak] : {std::pair{"inputs", inputs}, std::pair{"targets", targets}}) {

@@ -129,7 +129,10 @@ void MetricSums::add(const dist::StepResult& r) {
 }
 
 double MetricSums::accuracy() const {
-  const std::int64_t n = kind == dist::LossKind::kBinaryCrossEntropy ? target_values : count;
+  // Binary cross-entropy counts elements; softmax over per-step / per-pixel labels counts the
+  // labelled positions (Note [Dense labels]), which it reports as target_values.
+  const std::int64_t n =
+      kind == dist::LossKind::kBinaryCrossEntropy || target_values > 0 ? target_values : count;
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
@@ -445,6 +448,28 @@ void Trainer::Impl::check_model_output() {
   const data::Dataset& d = *task.train;
   const bool classes = loss == dist::LossKind::kSoftmaxCrossEntropy;
   const std::int64_t want = classes ? d.num_classes() : shape_numel(d.target_shape());
+  // Note [Dense labels]: [T, K] for per-step labels [T] (token batches may run longer), [K, H, W]
+  // for per-pixel labels [H, W]; float targets of several axes: their own shape.
+  const Shape labels = classes ? d.label_shape() : Shape{};
+  Shape dense = classes ? Shape{} : d.target_shape();
+  if (dense.size() == 1) dense.clear();
+  if (labels.size() == 1) {
+    dense.push_back(out.empty() ? 0 : out[0]);
+    dense.push_back(want);
+  } else if (labels.size() == 2) {
+    dense.push_back(want);
+    dense.insert(dense.end(), labels.begin(), labels.end());
+  }
+  if (!dense.empty()) {
+    const bool steps_ok = labels.size() != 1 || (out.size() == 2 && out[0] >= labels[0]);
+    MIRROR_CHECK(out == dense && steps_ok, InvalidArgument,
+                 "the model outputs " + shape_text(out) + " per sample, but the data needs " +
+                     shape_text(dense) + " (" +
+                     (classes ? std::to_string(want) + " classes, labels " + shape_text(labels)
+                              : "float targets " + shape_text(d.target_shape())) +
+                     " per sample)");
+    return;
+  }
   MIRROR_CHECK(out.size() == 1 && out[0] == want, InvalidArgument,
                "the model outputs " + shape_text(out) + " per sample, but the data has " +
                    (classes ? std::to_string(want) + " classes"

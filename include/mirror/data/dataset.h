@@ -19,6 +19,12 @@ const char* split_name(Split split);
 /// row-by-row GRU (a fixed-length sequence).
 enum class Layout { kNCHW, kRows };
 
+/// Note [Dense labels]: class labels may be one per sample (label_shape() == []), one per step of
+/// a sequence ([T], a tagger) or one per pixel ([H, W], a segmentation). The loss and accuracy are
+/// then averaged over the labelled positions of the GLOBAL batch, padding steps excluded
+/// (label_count()): each replica divides its sum by that global count (Batch::global_label_count),
+/// so the all-reduced gradient is the exact mean at any replica count.
+///
 /// What a sample is labelled with, and so which losses apply: a class index (label(), int32
 /// labels in a Batch; softmax cross-entropy) or a vector of float targets (decode_target(),
 /// float32 [n, target_shape...] in a Batch; binary cross-entropy or mean squared error).
@@ -63,8 +69,17 @@ class Dataset {
   virtual bool variable_length() const { return false; }
   /// Valid steps of sample `index`; sample_shape()[0] for fixed-length data.
   virtual std::int32_t length(std::int64_t index) const;
-  /// Class index in [0, num_classes()); class-labelled data only.
+  /// Class index in [0, num_classes()); class-labelled data with one label per sample only.
   virtual std::int32_t label(std::int64_t index) const = 0;
+  /// Note [Dense labels]: the shape of one sample's class labels: [] for one label per sample,
+  /// [T] for one per step of a sequence (a tagger's [T, K] output), [H, W] for one per pixel (a
+  /// segmentation's [K, H, W] output). Class-labelled data only.
+  virtual Shape label_shape() const { return {}; }
+  /// Writes shape_numel(label_shape()) class indices to dst (label(index) when the shape is []).
+  virtual void decode_labels(std::int64_t index, std::int32_t* dst) const { *dst = label(index); }
+  /// How many of sample `index`'s labels count in the loss: a sequence's per-step labels up to
+  /// its length (padding steps are masked out, as Keras masks them), every label otherwise.
+  virtual std::int64_t label_count(std::int64_t index) const;
   /// Float targets: writes shape_numel(target_shape()) values to dst.
   virtual void decode_target(std::int64_t index, float* dst) const;
 

@@ -221,7 +221,10 @@ class MirroredStrategy {
   int rank_of_replica(int replica) const;
   // step pieces (strategy_step.cpp)
   /// Adds the micro-batch's loss and metrics (options_.loss) to r's; returns d loss / d logits.
-  Tensor add_loss(Replica& r, const Tensor& logits, const data::Batch& micro);
+  /// `output_lengths`: the valid steps of the model's output (empty: every step), which a loss
+  /// over per-step labels checks against the batch's (Note [Dense labels]).
+  Tensor add_loss(Replica& r, const Tensor& logits, const data::Batch& micro,
+                  const std::vector<std::int32_t>& output_lengths);
   void run_micro_batches(Replica& r, const data::Batch& batch, bool training, bool overlap);
   void compute_gradients(Replica& r, const data::Batch& batch,
                          std::chrono::steady_clock::time_point start);

@@ -19,6 +19,12 @@ struct DataShape {
   DType input_dtype = DType::kFloat32;  // kInt32 for token ids
   std::int64_t outputs = 0;             // classes (class labels) or target elements (float targets)
   std::int64_t vocab = 0;               // token data only
+  // Note [Dense labels] (mirror/data/dataset.h): class labels per step [T] or per pixel [H, W]
+  // (the model then outputs [T, outputs] or [outputs, H, W]); empty for one per sample.
+  Shape label_shape{};
+  // Float targets of more than one axis (an autoencoder's images, in Mirror's layout): the model
+  // outputs exactly this shape; empty otherwise.
+  Shape target_shape{};
 };
 
 /// A Sequential layer list. Parsing validates every layer and field and normalises it to
@@ -77,7 +83,8 @@ class ModelSpec {
   /// tutorial's Rescaling(1/255)): such a model reads uint8 data as stored (0..255), as Keras
   /// gives them to it, where Mirror otherwise scales uint8 to [0, 1].
   bool reads_raw_values() const;
-  /// The units the last Dense states; 0 when it leaves them to the data or the spec has none.
+  /// The units the last Dense states (a TimeDistributed one too), or the filters of a last
+  /// Conv2D (a segmentation); 0 when it leaves them to the data or the spec has none.
   std::int64_t output_units() const;
 
   /// A copy whose every batch_normalization is synchronized across replicas (mirror-train's

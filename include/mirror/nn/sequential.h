@@ -54,7 +54,8 @@ class Sequential {
   bool built() const { return built_; }
 
   /// Runs the layers in order. ctx.lengths holds the batch's sequence lengths on entry (empty for
-  /// none) and each layer sees those of its input (Note [Sequence masks] in layer.h).
+  /// none) and each layer sees those of its input (Note [Sequence masks] in layer.h); on return
+  /// it holds the output's (empty: every step valid, or no time axis).
   Tensor forward(const Tensor& x, ForwardContext& ctx);
   /// Note [Sequence masks]: true for Keras's mask semantics (the batch's lengths are ignored;
   /// masks start at Masking layers), false (the default) for Mirror's.
