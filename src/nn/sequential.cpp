@@ -86,25 +86,30 @@ void Sequential::build(const Shape& input_shape, std::uint64_t seed, DType dtype
   output_shapes_.clear();
   const int n = static_cast<int>(layers_.size());
   last_reader_.assign(layers_.size(), -1);
+  // Whether a layer's output gradient reaches a parameter: its own, or one upstream of it.
+  std::vector<bool> trains(layers_.size(), false);
   for (int i = 0; i < n; ++i) {
     Layer& layer = *layers_[static_cast<std::size_t>(i)];
     std::vector<Shape> shapes;
     std::vector<std::string> names;
-    bool reads_layer = false;
+    bool reads_trained = false;
     for (int in : inputs_[static_cast<std::size_t>(i)]) {
       shapes.push_back(in == kModelInput ? input_shape
                                          : output_shapes_[static_cast<std::size_t>(in)]);
       names.push_back(in == kModelInput ? std::string("input")
                                         : layers_[static_cast<std::size_t>(in)]->name());
       if (in != kModelInput) last_reader_[static_cast<std::size_t>(in)] = i;
-      reads_layer = reads_layer || in != kModelInput;
+      reads_trained = reads_trained || (in != kModelInput && trains[static_cast<std::size_t>(in)]);
     }
     auto* merge = dynamic_cast<MergeLayer*>(&layer);
     output_shapes_.push_back(merge ? merge->build_inputs(shapes, names, dtype, device)
                                    : layer.build(shapes[0], dtype, device, rng));
     if (merge) merge->init_parameters(dtype, device, rng);
-    // Nothing consumes the gradient of the data.
-    if (!reads_layer) layer.set_input_grad_needed(false);
+    // Nothing consumes the gradient of the data, nor of layers with no parameter at or above
+    // them (a Keras model's Rescaling and augmentation layers): the first convolution after
+    // them skips its input gradient, as one reading the data does.
+    trains[static_cast<std::size_t>(i)] = reads_trained || !layer.parameters().empty();
+    layer.set_input_grad_needed(reads_trained);
   }
   for (int i = 0; i + 1 < n; ++i) {
     MIRROR_CHECK(last_reader_[static_cast<std::size_t>(i)] >= 0, InvalidArgument,

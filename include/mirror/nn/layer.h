@@ -129,9 +129,10 @@ class Layer {
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
-  /// Whether backward must return the input gradient. Sequential clears it for its first layer
-  /// (nothing consumes the gradient of the data), so layers may skip that work and return an
-  /// undefined Tensor; computing it anyway is also correct.
+  /// Whether backward must return the input gradient. Sequential clears it for a layer whose
+  /// inputs are the data or layers with no parameter at or above them (nothing consumes those
+  /// gradients), so layers may skip that work and return an undefined Tensor; computing it
+  /// anyway is also correct.
   bool input_grad_needed() const { return input_grad_needed_; }
   void set_input_grad_needed(bool needed) { input_grad_needed_ = needed; }
   /// Note [Blocked images] (mirror/ops.h): whether forward takes a blocked image as well as a
