@@ -333,9 +333,11 @@ TEST_F(NpyArrays, BadArraysAreDataErrors) {
       {"r3.npy", "[N, T]"});
   expect_data_error(
       [&] {
-        load_arrays(x4, save<std::int64_t>("y2d.npy", {0, 1, 2, 3, 4, 5, 6, 7}, {4, 2}));
+        // [N, T] and [N, H, W] are per-step and per-pixel labels (Note [Dense labels]); more
+        // axes are not labels of anything.
+        load_arrays(x4, save<std::int64_t>("y4d.npy", std::vector<std::int64_t>(32, 1), {4, 2, 2, 2}));
       },
-      {"y2d.npy", "class labels"});
+      {"y4d.npy", "class labels"});
   expect_data_error(
       [&] {
         load_arrays(save<float>("e.npy", {}, {0, 3}), y4);
