@@ -34,6 +34,7 @@ struct Flags {
   std::vector<std::string> input_images;
   std::string output_classes;
   std::string label_column, input_shape;
+  std::string data_format;  // empty: as the checkpoint's training read its arrays
   bool tokens_labeled = false;
   bool allow_extra_tensors = false;
   std::int64_t batch_size = 256;
@@ -140,9 +141,19 @@ int predict(mirror::dist::Runtime& rt, const Flags& f) {
     std::string what;
     const pr::InputSpec spec = pr::input_spec(model);
     inputs = read_inputs(f, what, spec, ck.spec.reads_raw_values(), files, ck.eval_transforms);
+    // Image files are decoded [C, H, W]; arrays are laid out as --data-format says, by default
+    // as in training.
+    const mirror::nn::DataFormat format =
+        f.data_format.empty() ? ck.data_format : mirror::nn::parse_data_format(f.data_format);
+    MIRROR_CHECK(f.input_images.empty() || format == mirror::nn::DataFormat::kAuto ||
+                     f.data_format.empty(),
+                 mirror::InvalidArgument,
+                 "--data-format is for array input; --input-images are decoded in the model's "
+                 "layout");
     pr::prepare_inputs(inputs, model, what,
                        f.input_shape.empty() ? mirror::Shape{} : parse_shape(f.input_shape),
-                       f.input_shape);
+                       f.input_shape,
+                       f.input_images.empty() ? format : mirror::nn::DataFormat::kChannelsFirst);
   });
   if (code) return code;
   const std::int64_t n = inputs.count(), r = rt.world_rank(), size = rt.world_size();
@@ -222,6 +233,9 @@ int main(int argc, char** argv) {
       "with --input-tokens: each line starts with a label (the training format); it is skipped")(
       "input-shape", po::value(&f.input_shape),
       "reshape each float sample, e.g. 1,28,28 (as mirror-train's --input-shape)")(
+      "data-format", po::value(&f.data_format),
+      "auto | channels_last | channels_first: how image arrays are laid out (default: as the "
+      "checkpoint's training read them, mirror-train --data-format)")(
       "output", po::value(&f.output), "where to write the float32 .npy [N, outputs]")(
       "output-kind", po::value(&f.output_kind)->default_value("logits"),
       "logits (the model's outputs) or probabilities (their softmax; the sigmoid of a sigmoid or "

@@ -92,6 +92,8 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
         data::parse_normalize(c["normalize"].get<std::string>(), out.eval_transforms);
       if (c.is_object() && c.contains("eval_resize") && c["eval_resize"].is_number_integer())
         out.eval_transforms.eval_resize = std::max(0, c["eval_resize"].get<int>());
+      if (c.is_object() && c.contains("data_format") && c["data_format"].is_string())
+        out.data_format = nn::parse_data_format(c["data_format"].get<std::string>());
     } catch (const InvalidArgument& e) {
       throw DataError(out.file.string() + ": metadata 'mirror.config': " + e.what());
     }
@@ -574,19 +576,22 @@ void apply_output_kind(std::vector<float>& values, const nn::ModelSpec& spec, Cl
 
 namespace {
 
-/// Note [Keras's image layout] (mirror/nn/models.h): a channels_last model's [N, H, W, C] images
-/// become [N, C, H, W], as mirror-train reads them (H = W = C: Keras's order, as in training).
-void channels_first_samples(Inputs& inputs, const nn::Sequential& model) {
-  const Shape& chw = model.input_shape();
-  if (!model.channels_last_input() || inputs.tokens || inputs.shape.size() != 4 ||
-      chw.size() != 3)
-    return;
+/// Note [Keras's image layout] (mirror/nn/models.h): [N, H, W, C] images (a channels_last
+/// model's, or any image model's under channels_last) become [N, C, H, W], as mirror-train reads
+/// them (nn::samples_channels_last decides for both).
+void channels_first_samples(Inputs& inputs, const nn::Sequential& model, nn::DataFormat format,
+                            const std::string& what) {
+  if (inputs.tokens) return;
+  const Shape sample(inputs.shape.begin() + (inputs.shape.empty() ? 0 : 1), inputs.shape.end());
+  try {
+    if (!nn::samples_channels_last(format, model.channels_last_input(), model.input_shape(),
+                                   sample))
+      return;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(what + ": " + e.what());
+  }
   const std::int64_t n = inputs.shape[0], h = inputs.shape[1], w = inputs.shape[2],
                      c = inputs.shape[3];
-  const Shape hwc = {chw[1], chw[2], chw[0]};
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (hwc[i] >= 0 && hwc[i] != inputs.shape[i + 1]) return;
-  }
   std::vector<float> out(inputs.floats.size());
   for (std::int64_t s = 0; s < n; ++s) {
     const float* src = inputs.floats.data() + s * h * w * c;
@@ -602,9 +607,10 @@ void channels_first_samples(Inputs& inputs, const nn::Sequential& model) {
 }  // namespace
 
 void prepare_inputs(Inputs& inputs, nn::Sequential& model, const std::string& what,
-                    const Shape& input_shape, const std::string& reshaped_by) {
+                    const Shape& input_shape, const std::string& reshaped_by,
+                    nn::DataFormat format) {
   if (!input_shape.empty()) reshape_samples(inputs, input_shape);
-  channels_first_samples(inputs, model);
+  channels_first_samples(inputs, model, format, what);
   if (model.keras_masks() && inputs.tokens) {
     // Training refuses longer sequences (fixed_length); predicting on them would read steps
     // the model never saw.

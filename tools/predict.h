@@ -10,6 +10,7 @@
 
 #include "mirror/data/numeric_array.h"
 #include "mirror/data/photo_transforms.h"
+#include "mirror/nn/image_layout.h"
 #include "mirror/nn/models.h"
 #include "mirror/train/checkpoint.h"
 
@@ -25,6 +26,8 @@ struct CheckpointModel {
   /// The evaluation half of the photograph recipe the model was trained with ('mirror.config's
   /// normalize and eval_resize): --input-images are transformed as its test split was.
   data::PhotoRecipe eval_transforms;
+  /// 'mirror.config' data_format: how training read image arrays (--data-format).
+  nn::DataFormat data_format = nn::DataFormat::kAuto;
 };
 
 /// Reads FILE, or the newest valid checkpoint of DIR (each corrupt one skipped is listed in the
@@ -100,8 +103,10 @@ void check_inputs(const Inputs& inputs, const InputSpec& spec, const std::string
 /// module shares: `input_shape` when given (`reshaped_by`: how the caller named it, for the
 /// messages), a Keras model's token ids padded to its input length (Note [Sequence masks]),
 /// then check_inputs.
+/// `format`: how the samples are laid out (--data-format; image files are decoded [C, H, W]).
 void prepare_inputs(Inputs& inputs, nn::Sequential& model, const std::string& what,
-                    const Shape& input_shape, const std::string& reshaped_by);
+                    const Shape& input_shape, const std::string& reshaped_by,
+                    nn::DataFormat format = nn::DataFormat::kAuto);
 
 /// The model's outputs for samples [begin, end) in batches of `batch_size`: inference mode
 /// (BatchNormalization's moving statistics, no dropout); token sequences get their lengths

@@ -126,6 +126,10 @@ po::options_description make_options() {
       "precision", po::value<std::string>(),
       "float32 | mixed_bfloat16 | mixed_float16: compute of convolution, dense and RNN products "
       "(master weights stay float32; default float32)")(
+      "data-format", po::value<std::string>(),
+      "auto | channels_last | channels_first: how image arrays are laid out (auto: a Keras "
+      "model's [H, W, C] samples as Keras reads them, else [C, H, W]; recorded for "
+      "mirror-predict)")(
       "tf32", po::value<std::string>(),
       "on | off: float32 convolutions and matrix products on a GPU's TF32 tensor cores (Ampere "
       "and newer; default on, as TensorFlow); off: exact float32")(
@@ -229,6 +233,7 @@ TrainConfig config_from(const po::variables_map& vm) {
   set("comm", c.comm);
   set("precision", c.precision);
   set("tf32", c.tf32);
+  set("data-format", c.data_format);
   set("augment", c.augment);
   set("accumulation", c.accumulation);
   set("divergence-check-every", c.divergence_check_every);

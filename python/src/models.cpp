@@ -71,8 +71,9 @@ nb::object predict(const std::optional<std::string>& path, const std::optional<s
     std::string reshaped_by;
     for (std::size_t i = 0; i < input_shape.size(); ++i)
       reshaped_by += (i ? "," : "") + std::to_string(input_shape[i]);
+    // Arrays laid out as training read them (a checkpoint's recorded --data-format).
     pr::prepare_inputs(inputs, model, "x", Shape(input_shape.begin(), input_shape.end()),
-                       reshaped_by);
+                       reshaped_by, ck.data_format);
     out = pr::run_model(model, inputs, 0, inputs.count(), batch_size);
     shape = pr::written_output_shape(model);  // Note [Dense labels]
     pr::apply_output_kind(out, ck.spec, pr::class_axis(model), output_kind);

@@ -13,6 +13,7 @@
 #include "mirror/json_input.h"
 #include "mirror/memory.h"
 #include "mirror/nn/models.h"
+#include "mirror/nn/image_layout.h"
 #include "mirror/precision.h"
 #include "mirror/train/tensorboard.h"
 #include "mirror/train/trainer.h"
@@ -188,7 +189,7 @@ std::vector<std::int64_t> TrainConfig::parsed_input_shape() const {
   X(log_jsonl) X(overwrite) X(trace) X(tensorboard) X(progress) X(force_lr)                \
   X(max_skipped_steps) X(sync_batchnorm) X(precision) X(augment) X(comm) X(train_images)    \
   X(test_images) X(image_size) X(color) X(decode) X(data_workers) X(skip_bad_samples)         \
-  X(init_weights) X(crop) X(flip) X(normalize) X(eval_resize) X(eval_crop) X(tf32)
+  X(init_weights) X(crop) X(flip) X(normalize) X(eval_resize) X(eval_crop) X(tf32) X(data_format)
 // clang-format on
 
 nlohmann::json TrainConfig::to_json() const {
@@ -327,6 +328,10 @@ void TrainConfig::validate() const {
     throw InvalidArgument(std::string("--precision: ") + e.what());
   }
   require(tf32 == "on" || tf32 == "off", "--tf32 must be on or off, got '" + tf32 + "'");
+  require(nn::parse_data_format(data_format) == nn::DataFormat::kAuto || train_images.empty(),
+          "--data-format " + data_format +
+              " is for array data (.npy, IDX, CSV); images from --train-images are decoded in "
+              "the model's layout");
   require(accumulation >= 1, "--accumulation must be >= 1, got " + std::to_string(accumulation));
   require(keep >= 0, "--keep must be >= 0 (0 keeps every checkpoint), got " + std::to_string(keep));
   require(!resume_or_start || !resume.empty(), "resume_or_start needs a resume folder");

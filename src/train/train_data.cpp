@@ -13,6 +13,7 @@
 #include "mirror/data/synthetic.h"
 #include "mirror/data/words.h"
 #include "mirror/json_input.h"
+#include "mirror/nn/image_layout.h"
 #include "mirror/train/keras_weights.h"
 #include "train/dataset_views.h"
 #include "train/trainer_impl.h"
@@ -340,24 +341,23 @@ std::string init_weights_path(const TrainConfig& c, const Sources& s) {
   return s.init_weights_file.value_or(c.init_weights);
 }
 
-/// Whether samples `s` are the spec's stated image [C, H, W] (-1: any) in Keras's order [H, W, C].
-bool keras_order(const Shape& stated, const Shape& s) {
-  if (stated.size() != 3 || s.size() != 3) return false;
-  const Shape hwc = {stated[1], stated[2], stated[0]};
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (hwc[i] >= 0 && hwc[i] != s[i]) return false;
-  }
-  return true;
-}
 
-/// Note [Keras's image layout]: a channels_last model's [H, W, C] samples are read as NCHW.
-/// Samples that fit both orders (H = W = C) are taken in Keras's, as a Keras user gives them.
-void keras_image_layout(const nn::ModelSpec& spec, DataSplits& d) {
-  if (!spec.channels_last_input()) return;
+/// Note [Keras's image layout]: [H, W, C] samples (a channels_last model's, or any image model's
+/// under --data-format channels_last) are read as NCHW. Image folders and tar shards are decoded
+/// in the model's layout already: --data-format is for arrays (TrainConfig::validate).
+void keras_image_layout(const TrainConfig& c, const nn::ModelSpec& spec, DataSplits& d) {
+  const nn::DataFormat format = nn::parse_data_format(c.data_format);
   for (std::shared_ptr<const data::Dataset>* split : {&d.train, &d.test}) {
-    if (!*split || (*split)->input_dtype() != DType::kFloat32 ||
-        !keras_order(spec.input_shape(), (*split)->sample_shape()))
-      continue;
+    if (!*split || (*split)->input_dtype() != DType::kFloat32) continue;
+    const std::string which = split == &d.train ? "training data" : "test data";
+    bool hwc = false;
+    try {
+      hwc = nn::samples_channels_last(format, spec.channels_last_input(), spec.input_shape(),
+                                      (*split)->sample_shape());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string(e.what()) + " (the " + which + ")");
+    }
+    if (!hwc) continue;
     *split = channels_first(*split);
     // Image targets (an autoencoder's) come in the inputs' layout: Keras's [H, W, C] too.
     if ((*split)->target_kind() == data::TargetKind::kFloat && (*split)->target_shape().size() == 3)
@@ -397,7 +397,7 @@ nn::ModelSpec bind_to_data(const TrainConfig& c, const Sources& s, DataSplits& d
     d.train = fixed_length(d.train, stated[0]);
     if (d.test) d.test = fixed_length(d.test, stated[0]);
   }
-  keras_image_layout(spec, d);
+  keras_image_layout(c, spec, d);
   // Note [Dense labels]: Keras masks the loss with the output's mask; without a Masking layer
   // (mask_zero adds one) there is none, and every step's label counts, padding included.
   if (spec.keras_masks() && d.train->label_shape().size() == 1 && !has_masking(spec)) {

@@ -3,7 +3,8 @@
 # [H, W, C]) reads NHWC arrays as Keras does. tests/data/keras/image_layers.keras.json (RGB
 # 12x12) trained on the same images as NCHW and as NHWC (transposed) reaches the same weights
 # (the same fingerprint) and resumes across the two; mirror-predict gives the same outputs on
-# either layout; a Mirror spec (NCHW) still refuses NHWC samples, naming both shapes.
+# either layout; a Mirror spec (NCHW) refuses NHWC samples, naming both shapes, unless given
+# --data-format channels_last, which mirror-predict then follows from the checkpoint.
 # Exit 77 (skipped) without numpy.
 source "$(dirname "${BASH_SOURCE[0]}")/common.bash" "$@"
 python3 -c "import numpy" 2>/dev/null || { echo "SKIP: numpy is not installed"; exit 77; }
@@ -42,5 +43,35 @@ echo '{"layers": [{"type": "conv2d", "filters": 2, "kernel": 3}, {"type": "flatt
   fail "a Mirror (NCHW) spec trained on NHWC samples"
 grep -q 'states input shape \[3,12,12\].*\[12,12,3\]' refused.out ||
   fail "the refusal does not name both shapes: $(tail -2 refused.out)"
+# --data-format channels_last: the Mirror spec reads the NHWC arrays (the weights of its NCHW
+# run), and mirror-predict reads arrays as the checkpoint's training did, unless told otherwise.
+mirror_flags=("${flags[@]/$spec/mirror.json}" --max-steps 2)
+"$train" "${mirror_flags[@]}" --train-x img_x.npy --checkpoint-dir ck-m-x >m-x.out 2>&1 &&
+  "$train" "${mirror_flags[@]}" --train-x img_nhwc.npy --data-format channels_last \
+    --checkpoint-dir ck-m-nhwc >m-nhwc.out 2>&1 || { tail -3 m-x.out m-nhwc.out; fail "Mirror spec runs"; }
+[ -n "$(fingerprint m-x.out)" ] && [ "$(fingerprint m-x.out)" = "$(fingerprint m-nhwc.out)" ] ||
+  fail "--data-format channels_last trained other weights: $(fingerprint m-nhwc.out) vs $(fingerprint m-x.out)"
+predict() { "$build/bin/mirror-predict" --checkpoint "$1" --input "$2" --output "$3" "${@:4}" 2>"$3.err" ||
+  { cat "$3.err"; fail "predict $*"; }; }
+predict ck-m-x img_x.npy pm-x.npy
+predict ck-m-nhwc img_nhwc.npy pm-nhwc.npy
+predict ck-m-nhwc img_x.npy pm-first.npy --data-format channels_first
+python3 -c "import numpy as np, sys
+a, b, c = (np.load(f) for f in ('pm-x.npy', 'pm-nhwc.npy', 'pm-first.npy'))
+sys.exit(0 if a.shape == (24, 4) and np.array_equal(a, b) and np.array_equal(a, c) else 1)" ||
+  fail "mirror-predict does not read the arrays as the checkpoint's training did"
+# A wrong layout, and a flag that does not apply, are named.
+"$train" "${mirror_flags[@]}" --train-x img_x.npy --data-format channels_last >wrong.out 2>&1 &&
+  fail "--data-format channels_last took [C, H, W] samples"
+grep -q -- "--data-format channels_last: the samples are \[3,12,12\], not the model's image \[3,12,12\]" wrong.out ||
+  fail "the channels_last refusal: $(tail -2 wrong.out)"
+"$train" "${mirror_flags[@]}" --train-x img_x.npy --data-format nhwc >bad.out 2>&1 && fail "--data-format nhwc accepted"
+grep -q -- "--data-format must be auto, channels_last or channels_first, got 'nhwc'" bad.out ||
+  fail "the bad value: $(tail -2 bad.out)"
+mkdir -p imgs/a imgs/b
+"$train" --model cnn --train-images imgs --data-format channels_last --devices cpu >folder.out 2>&1 &&
+  fail "--data-format with --train-images accepted"
+grep -q -- "--data-format channels_last is for array data" folder.out ||
+  fail "the image folder refusal: $(tail -2 folder.out)"
 [ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }
-echo "keras_layout: NHWC and NCHW samples train and predict alike"
+echo "keras_layout: NHWC and NCHW samples train and predict alike, --data-format included"

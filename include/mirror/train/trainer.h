@@ -100,6 +100,9 @@ struct TrainConfig {
   /// on | off: float32 convolutions and matrix products on a GPU's TF32 tensor cores (Note
   /// [TF32], mirror/precision.h); off keeps exact float32.
   std::string tf32 = "on";
+  /// auto | channels_last | channels_first: how image arrays are laid out (nn::DataFormat,
+  /// mirror/nn/image_layout.h); recorded, so mirror-predict reads arrays as training did.
+  std::string data_format = "auto";
   int accumulation = 1;
   bool on_oom_split = true;
   int divergence_check_every = 100;
