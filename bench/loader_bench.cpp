@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
         } else {  // as mirror-train: t decoding threads (Note [Sample pool])
           o.prefetch_depth = 4;
           o.num_workers = 2;
-          o.sample_pool = std::make_shared<SamplePool>(t - 1);
+          o.sample_pool = std::make_shared<SamplePool>(t);
         }
         const Result r = measure(ds, o, {0, replicas}, seconds, step_ms);
         std::printf("%-14s %7d %8lld %12.0f %10.2f %14.4f\n", name.c_str(), t,

@@ -28,17 +28,24 @@ TEST(SamplePool, RunsEveryItemExactlyOnce) {
   }
 }
 
-TEST(SamplePool, ItsThreadsTakePart) {
+TEST(SamplePool, OnlyItsThreadsDecode) {
+  // --data-workers N means N decoding threads: the caller waits while the pool works, and a
+  // pool of none runs the items on the caller.
   SamplePool pool(3);
   std::mutex m;
   std::set<std::thread::id> seen;
-  // Items slow enough that the caller alone cannot take them all before the helpers wake.
   pool.run(64, [&](std::int64_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // slow enough for all three
     std::lock_guard lock(m);
     seen.insert(std::this_thread::get_id());
   });
+  EXPECT_EQ(seen.count(std::this_thread::get_id()), 0u);
   EXPECT_GT(seen.size(), 1u);
+  EXPECT_LE(seen.size(), 3u);
+  SamplePool none(0);
+  seen.clear();
+  none.run(5, [&](std::int64_t) { seen.insert(std::this_thread::get_id()); });
+  EXPECT_EQ(seen, std::set<std::thread::id>{std::this_thread::get_id()});
 }
 
 TEST(SamplePool, RaisesTheLowestFailingItemsError) {

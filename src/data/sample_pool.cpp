@@ -85,14 +85,15 @@ void SamplePool::run(std::int64_t n, const std::function<void(std::int64_t)>& fn
   auto job = std::make_shared<Job>();
   job->n = n;
   job->fn = &fn;
-  if (!threads_.empty() && n > 1) {
+  if (threads_.empty()) {
+    work_on(*job);
+  } else {
     {
       std::lock_guard lock(mutex_);
       jobs_.push_back(job);
     }
     work_cv_.notify_all();
   }
-  work_on(*job);
   std::unique_lock lock(job->mutex);
   job->done_cv.wait(lock, [&] { return job->finished.load() == job->n; });
   // A helper may still hold the job (it found nothing left to claim); `fn` is not called again.

@@ -67,8 +67,8 @@ int data_workers(const TrainConfig& c, const dist::Runtime& rt) {
   return std::clamp(cores / std::max(1, rt.local_size()), 1, 64);
 }
 
-/// Threads per loader that take whole batches (their samples go to the pool): two, so one
-/// batch's upload or epoch order overlaps the next one's decoding.
+/// Threads per loader that take whole batches and wait for the pool to decode their samples:
+/// two, so one batch's upload or epoch order overlaps the next one's decoding.
 constexpr int kBatchAssemblers = 2;
 constexpr int kPrefetchDepth = 4;
 
@@ -265,7 +265,7 @@ Trainer::Impl::Impl(dist::Runtime& rt, TrainConfig cfg, std::optional<Task> give
         augment.enabled() ? "; training images augmented: " + data::to_string(augment) : "";
     const data::LoaderOptions& lo = train_loaders.front()->options();
     const int local = strategy->local_replicas();
-    progress.message("[mirror] data: " + std::to_string(sample_pool->threads() + 1) +
+    progress.message("[mirror] data: " + std::to_string(sample_pool->threads()) +
                      " decoding thread(s) per rank" +
                      (local > 1 ? ", shared by its " + std::to_string(local) + " replicas" : "") +
                      "; " + std::to_string(lo.prefetch_depth) + " batches prefetched per replica" +
@@ -530,8 +530,7 @@ void Trainer::Impl::check_host_memory(const StepMemory& need, const std::string&
 
 void Trainer::Impl::make_loaders() {
   const int local = strategy->local_replicas();
-  // The assembling thread decodes too, so the pool's helpers are one fewer than the workers.
-  sample_pool = std::make_shared<data::SamplePool>(data_workers(config, runtime) - 1);
+  sample_pool = std::make_shared<data::SamplePool>(data_workers(config, runtime));
   for (int i = 0; i < local; ++i) {
     data::ShardSpec shard{strategy->first_replica() + i, strategy->world_replicas()};
     data::LoaderOptions train_opts;

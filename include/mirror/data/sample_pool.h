@@ -18,9 +18,10 @@ namespace mirror::data {
 /// each ~150 MB at 224x224) as it has cores to keep a GPU fed. With a pool the samples of a
 /// batch are decoded in parallel by threads that one rank's loaders share: every local replica's
 /// training and test loader, so the cores given to the rank serve whichever replica needs a
-/// batch next, and the batches in flight stay few. The assembling thread decodes too (so a pool
-/// of T threads decodes with T + 1), and takes its own job's samples when the pool is busy with
-/// another loader's, so a batch never waits on a pool that is itself waiting.
+/// batch next, and the batches in flight stay few. Only the pool's threads decode (the
+/// assembling threads wait for their batch), so a rank decodes with exactly its --data-workers
+/// threads however many replicas and batches are in flight; pool threads never wait on a job,
+/// so nothing can deadlock.
 ///
 /// Which thread decodes a sample never changes what is decoded: a sample's pixels and random
 /// draws are a function of (seed, epoch, sample) (Note [Augmentation draws]), and a bad sample's
@@ -28,7 +29,7 @@ namespace mirror::data {
 /// size, and as without one.
 class SamplePool {
  public:
-  /// `threads` >= 0 helper threads (0: run() decodes on the caller alone).
+  /// `threads` >= 0 decoding threads (0: run() calls fn on the caller, one item after another).
   explicit SamplePool(int threads);
   /// Joins the threads; no run() may be in progress.
   ~SamplePool();
@@ -37,8 +38,8 @@ class SamplePool {
 
   int threads() const { return static_cast<int>(threads_.size()); }
 
-  /// Calls fn(i) for every i in [0, n), on the pool's threads and the caller's, and returns when
-  /// all calls have returned. When calls throw, the exception of the lowest failing i is
+  /// Calls fn(i) for every i in [0, n) on the pool's threads (on the caller's for a pool of
+  /// none), and returns when all calls have returned. When calls throw, the exception of the lowest failing i is
   /// rethrown (so a batch's error does not depend on thread timing); items not yet started
   /// after a failure still run, since their outcome is needed to know that none failed lower.
   /// Safe to call from several threads at once (jobs are served in the order they came).
