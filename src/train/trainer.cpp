@@ -57,10 +57,8 @@ std::string task_label(const std::string& description) {
   return "\"" + text + "\" (a C++ Task)";
 }
 
-/// --data-workers, or automatically the cores each local replica can have (1 to 4): loader
-/// threads that assemble (and decode) batches ahead of the step; results never depend on it.
 /// The rank's decoding threads (Note [Sample pool]): --data-workers, or the cores this rank can
-/// have on its host, shared by its local replicas.
+/// have on its host, shared by its local replicas; results never depend on it.
 int data_workers(const TrainConfig& c, const dist::Runtime& rt) {
   if (c.data_workers > 0) return c.data_workers;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
