@@ -6,6 +6,9 @@ twin of step-bench) or on a GPU (the twin of `mirror-bench train --devices gpu -
   python3 bench/step_torch.py [--model cnn,gru-rows] [--batch 64] [--steps 20] [--warmup 3]
                               [--threads 1] [--device cpu|cuda|cuda:N] [--ranks R]
 
+--model torchvision:resnet50 (or mobilenet_v2, ...; @SIZE for another input side than 224)
+times a torchvision model, the twin of `step-bench --model-spec` on a keras.applications JSON.
+
 --ranks R runs R processes with DistributedDataParallel over gloo (the twin of mirror-train under
 mpirun -np R on CPUs; bench/attention_ranks.sh).
 
@@ -144,8 +147,13 @@ def make_model(name):
         return make_resnet(), (1, 28, 28)
     if name == "gru-mha":
         return GruMha(TOKENS_VOCAB, TOKENS_CLASSES), None
+    if name.startswith("torchvision:"):  # e.g. torchvision:resnet50, the twin of a Keras app
+        import torchvision
+        arch, _, size = name[len("torchvision:"):].partition("@")
+        side = int(size or 224)
+        return torchvision.models.get_model(arch, weights=None, num_classes=10), (3, side, side)
     raise SystemExit(f"unknown model {name!r}: expected cnn, gru-rows, lstm-rows, bigru-rows, "
-                     f"bilstm-rows, resnet or gru-mha")
+                     f"bilstm-rows, resnet, gru-mha or torchvision:ARCH[@SIZE]")
 
 
 # gru-mha's data: padded token ids with lengths from 4 to 32 (bench/attention_ranks.sh writes the
