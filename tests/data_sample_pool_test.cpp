@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -94,14 +95,25 @@ class WithBadSamples : public Dataset {
   bool is_sequence() const override { return false; }
   std::int32_t label(std::int64_t i) const override { return inner_->label(i); }
   void decode_float(std::int64_t i, float* dst) const override {
+    {
+      std::lock_guard lock(mutex_);
+      decoders_.insert(std::this_thread::get_id());
+    }
     if (bad_.count(i)) throw BadSample("sample " + std::to_string(i) + " is corrupt", i);
     inner_->decode_float(i, dst);
   }
   std::string describe() const override { return "with bad samples"; }
+  /// The threads that decoded a sample.
+  std::set<std::thread::id> decoders() const {
+    std::lock_guard lock(mutex_);
+    return decoders_;
+  }
 
  private:
   std::shared_ptr<const Dataset> inner_;
   std::set<std::int64_t> bad_;
+  mutable std::mutex mutex_;
+  mutable std::set<std::thread::id> decoders_;
 };
 
 LoaderOptions options(std::shared_ptr<SamplePool> pool) {
@@ -133,6 +145,22 @@ TEST(DataLoader, APoolServesTheSameBatchesToEveryReplica) {
   }
   // The replacement happened: no bad sample was served.
   for (std::int64_t id : alone.ids) EXPECT_TRUE(id != 4 && id != 5 && id != 61) << id;
+}
+
+TEST(DataLoader, APoolsThreadsDecodeTheBatch) {
+  // Synchronous (no prefetch): without a pool the caller decodes, with one only its threads do.
+  const auto plain = std::make_shared<WithBadSamples>(Synthetic::images(32, 1, {1, 4, 4}),
+                                                      std::set<std::int64_t>{});
+  LoaderOptions o = options(nullptr);
+  o.prefetch_depth = 0;
+  Loader(plain, {0, 1}, o).make_batch(0, 0);
+  EXPECT_EQ(plain->decoders(), std::set<std::thread::id>{std::this_thread::get_id()});
+  const auto pooled = std::make_shared<WithBadSamples>(Synthetic::images(32, 1, {1, 4, 4}),
+                                                       std::set<std::int64_t>{});
+  o.sample_pool = std::make_shared<SamplePool>(2);
+  Loader(pooled, {0, 1}, o).make_batch(0, 0);
+  EXPECT_FALSE(pooled->decoders().empty());
+  EXPECT_EQ(pooled->decoders().count(std::this_thread::get_id()), 0u);
 }
 
 TEST(DataLoader, APoolRaisesTheBatchsFirstBadSample) {

@@ -270,8 +270,8 @@ void Loader::fill_samples(Batch& batch, const EpochOrder& order, std::int64_t st
     if (options_.sample_pool) {
       // Chunks of samples, about four per decoding thread: cheap samples (arrays) do not pay a
       // claim each, and uneven ones (photographs of different sizes) still balance.
-      const std::int64_t chunk =
-          std::max<std::int64_t>(1, b / (4 * (options_.sample_pool->threads() + 1)));
+      const std::int64_t threads = std::max(1, options_.sample_pool->threads());
+      const std::int64_t chunk = std::max<std::int64_t>(1, b / (4 * threads));
       options_.sample_pool->run((b + chunk - 1) / chunk, [&](std::int64_t c) {
         for (std::int64_t j = c * chunk; j < std::min(b, (c + 1) * chunk); ++j) decode(j);
       });
